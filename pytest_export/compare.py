@@ -1,0 +1,86 @@
+"""Comparison of pytrees of results with torch.testing, recording the size of every error."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+
+class Mismatch(Exception):
+    def __init__(self, message: str, errors: list[dict[str, Any]]):
+        super().__init__(message)
+        self.errors = errors
+
+    def worst(self) -> dict[str, float]:
+        return {
+            "max_abs_error": max((e.get("max_abs_error", 0.0) for e in self.errors), default=0.0),
+            "max_rel_error": max((e.get("max_rel_error", 0.0) for e in self.errors), default=0.0),
+        }
+
+
+def _leaf_errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
+    if actual.numel() == 0 or actual.shape != expected.shape:
+        return 0.0, 0.0
+    a = actual.detach().to("cpu")
+    e = expected.detach().to("cpu")
+    if a.is_complex() or e.is_complex():
+        a, e = a.to(torch.complex128), e.to(torch.complex128)
+    else:
+        a, e = a.to(torch.float64), e.to(torch.float64)
+    diff = (a - e).abs()
+    both_nan = torch.isnan(a) & torch.isnan(e)
+    diff = torch.where(both_nan, torch.zeros_like(diff), diff)
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    denom = e.abs()
+    nz = denom > 0
+    max_rel = float((diff[nz] / denom[nz]).max()) if bool(nz.any()) else (0.0 if max_abs == 0 else math.inf)
+    return max_abs, max_rel
+
+
+def compare_trees(actual: Any, expected: Any, *, rtol: float | None = None, atol: float | None = None,
+                  root: str = "output") -> dict[str, float]:
+    """Compare every leaf; raise Mismatch listing each bad path, else return the max abs/rel errors."""
+    a_leaves, a_spec = pytree.tree_flatten_with_path(actual)
+    e_leaves, e_spec = pytree.tree_flatten_with_path(expected)
+    if a_spec != e_spec:
+        raise Mismatch(
+            f"{root}: structure differs: exported gives {pytree.treespec_pprint(a_spec)}, "
+            f"eager gives {pytree.treespec_pprint(e_spec)}",
+            [{"path": root, "message": "structure differs"}],
+        )
+    tol = {} if rtol is None and atol is None else {"rtol": rtol or 0.0, "atol": atol or 0.0}
+    errors: list[dict[str, Any]] = []
+    worst_abs = worst_rel = 0.0
+    for (path, a), (_, e) in zip(a_leaves, e_leaves):
+        where = root + pytree.keystr(path)
+        entry: dict[str, Any] = {"path": where}
+        try:
+            if isinstance(e, torch.Tensor) or isinstance(a, torch.Tensor):
+                if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor):
+                    mabs, mrel = _leaf_errors(a, e)
+                    worst_abs, worst_rel = max(worst_abs, mabs), max(worst_rel, mrel)
+                    entry.update(max_abs_error=mabs, max_rel_error=mrel)
+                torch.testing.assert_close(a, e, equal_nan=True, **tol)
+            elif isinstance(e, (int, float, complex)) and not isinstance(e, bool):
+                torch.testing.assert_close(a, e, equal_nan=True, **tol)
+                if isinstance(a, (int, float)):
+                    d = abs(a - e)
+                    worst_abs = max(worst_abs, d)
+                    worst_rel = max(worst_rel, d / abs(e) if e else (0.0 if d == 0 else math.inf))
+            elif a != e:
+                raise AssertionError(f"values differ: exported {a!r}, eager {e!r}")
+        except AssertionError as exc:
+            entry["message"] = str(exc).strip()
+            errors.append(entry)
+    if errors:
+        lines = []
+        for err in errors:
+            head = f"{err['path']}: "
+            if "max_abs_error" in err:
+                head += f"max abs error {err['max_abs_error']:.3g}, max rel error {err['max_rel_error']:.3g}: "
+            lines.append(head + err["message"].replace("\n", "\n    "))
+        raise Mismatch("\n".join(lines), errors)
+    return {"max_abs_error": worst_abs, "max_rel_error": worst_rel}

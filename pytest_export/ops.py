@@ -1,0 +1,62 @@
+"""ATen ops used by a program, and which of them are Core ATen."""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+import torch
+
+# Bookkeeping nodes that say nothing about the compute a backend must implement.
+_IGNORED_PREFIXES = ("aten.sym_", "aten._assert", "aten.sym_constrain_range")
+
+
+def op_name(op: object) -> str:
+    return str(op)
+
+
+def is_core(op: object) -> bool:
+    return isinstance(op, torch._ops.OpOverload) and torch.Tag.core in op.tags
+
+
+def _counted(op: object) -> bool:
+    if not isinstance(op, torch._ops.OpOverload):
+        return False  # operator.getitem, higher-order ops (their subgraphs are walked), python sym math
+    return not op_name(op).startswith(_IGNORED_PREFIXES)
+
+
+def program_ops(ep) -> dict[str, bool]:
+    """{op name: is core} over the program's graph and every subgraph (cond/map/while_loop bodies)."""
+    found: dict[str, bool] = {}
+    for gm in ep.graph_module.modules():
+        graph = getattr(gm, "graph", None)
+        if not isinstance(graph, torch.fx.Graph):
+            continue
+        for node in graph.nodes:
+            if node.op == "call_function" and _counted(node.target):
+                found[op_name(node.target)] = is_core(node.target)
+    return dict(sorted(found.items()))
+
+
+@functools.lru_cache(maxsize=1)
+def all_core_ops() -> frozenset[str]:
+    """Every Core ATen overload known to this torch."""
+    names = set()
+    for packet_name in dir(torch.ops.aten):
+        try:
+            packet = getattr(torch.ops.aten, packet_name)
+        except Exception:
+            continue
+        if not isinstance(packet, torch._ops.OpOverloadPacket):
+            continue
+        for overload in packet.overloads():
+            try:
+                op = getattr(packet, overload)
+            except Exception:
+                continue
+            if is_core(op):
+                names.add(op_name(op))
+    return frozenset(names)
+
+
+__all__ = ["program_ops", "is_core", "all_core_ops", "op_name", "operator"]

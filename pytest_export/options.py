@@ -1,0 +1,218 @@
+"""Marker keywords and session options: the schema, its validation, and the merged per-case options.
+
+Nothing here imports torch at module import time; checks that need torch classes import it lazily,
+and only when a case actually runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any, Callable
+
+STAGES = ("export", "compare", "serde", "decomp", "guards", "fuzz")
+"""Stage names in run order. They are public: reports, baselines and ``xfail`` use them."""
+
+
+class UsageError(Exception):
+    """A case or its marker is misused: the message names the test, the key and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Keyword:
+    name: str
+    check: Callable[[Any], str | None]  # returns an error text or None
+    expected: str  # human description of the accepted values
+    default: Any
+    help: str
+
+
+def _is_bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "must be True or False"
+
+
+def _is_opt_bool(v: Any) -> str | None:
+    return None if v is None or isinstance(v, bool) else "must be True, False or None"
+
+
+def _is_tolerance(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return "must be a non-negative number or None"
+    if v < 0 or v != v:
+        return "must be a non-negative number or None"
+    return None
+
+
+def _is_tags(v: Any) -> str | None:
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, (list, tuple, set, frozenset)) or not all(isinstance(t, str) and t for t in v):
+        return "must be a string or a list of non-empty strings"
+    return None
+
+
+def _is_xfail(v: Any) -> str | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not v:
+        return "must be a dict {stage: reason}"
+    for stage, reason in v.items():
+        if stage not in STAGES:
+            return f"has unknown stage {stage!r}; valid stages: {', '.join(STAGES)}"
+        if not isinstance(reason, str) or not reason.strip():
+            return f"needs a non-empty reason string for stage {stage!r}"
+    return None
+
+
+def _is_dynamic_shapes(v: Any) -> str | None:
+    if v is None or isinstance(v, (dict, list, tuple)):
+        return None
+    # ShapesCollection / AdditionalInputs: only look at torch when the value is not a builtin.
+    import torch.export
+
+    if isinstance(v, (torch.export.ShapesCollection, torch.export.AdditionalInputs)):
+        return None
+    return (
+        "must be a dict by argument name, a tuple/list by position, None, "
+        "a torch.export.ShapesCollection or a torch.export.AdditionalInputs"
+    )
+
+
+def _is_positive_int(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        return "must be a non-negative int or None"
+    return None
+
+
+def _is_callable(v: Any) -> str | None:
+    return None if v is None or callable(v) else "must be a callable or None"
+
+
+def _is_str_or_none(v: Any) -> str | None:
+    return None if v is None or isinstance(v, str) else "must be a string or None"
+
+
+def _is_seed(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        return "must be an int or None"
+    return None
+
+
+KEYWORDS: dict[str, Keyword] = {
+    k.name: k
+    for k in [
+        Keyword(
+            "dynamic_shapes", _is_dynamic_shapes, "dict | tuple | list | ShapesCollection | AdditionalInputs | None",
+            None, "passed to torch.export.export; the declared ranges are audited, fuzzed and guard-checked",
+        ),
+        Keyword("strict", _is_bool, "bool", False, "trace with TorchDynamo (strict=True) or not (default)"),
+        Keyword("rtol", _is_tolerance, "float >= 0 | None", None, "relative tolerance (default: torch.testing's, by dtype)"),
+        Keyword("atol", _is_tolerance, "float >= 0 | None", None, "absolute tolerance (default: torch.testing's, by dtype)"),
+        Keyword(
+            "core_aten", _is_opt_bool, "bool | None", None,
+            "fail `decomp` when ops outside Core ATen survive run_decompositions() (default: --export-core-aten)",
+        ),
+        Keyword("tags", _is_tags, "str | list[str]", (), "labels for selection with --export-tags and grouping in tables"),
+        Keyword(
+            "xfail", _is_xfail, "dict {stage: reason} | None", None,
+            "stages expected to fail; a stage that passes anyway is a strict XPASS failure",
+        ),
+        Keyword("examples", _is_positive_int, "int >= 0 | None", None, "fuzz examples for this case (default: --export-examples)"),
+        Keyword(
+            "input_builder", _is_callable, "callable(sizes, example_args, example_kwargs) | None", None,
+            "builds (args, kwargs) for drawn sizes; for inputs with meaning such as token ids or masks",
+        ),
+        Keyword(
+            "allow_static", _is_bool, "bool", False,
+            "accept that export made a Dim.AUTO axis static (otherwise `guards` fails)",
+        ),
+        Keyword("seed", _is_seed, "int | None", None, "Hypothesis seed for this case's fuzzing (replay a failure)"),
+        Keyword(
+            "reproduce", _is_str_or_none, "str | None", None,
+            "a reproduce blob printed by a failed `fuzz` stage; replays that exact example first",
+        ),
+        Keyword(
+            "max_size", _is_positive_int, "int | None", None,
+            "cap for unbounded Dim maxima while fuzzing (default: --export-max-size)",
+        ),
+    ]
+}
+
+
+@dataclasses.dataclass
+class SessionOptions:
+    """Session-wide settings (command line or ini)."""
+
+    check: bool = False
+    core_aten: bool = False
+    examples: int = 25
+    max_size: int = 64
+    report: str | None = None
+
+
+@dataclasses.dataclass
+class CaseOptions:
+    dynamic_shapes: Any = None
+    strict: bool = False
+    rtol: float | None = None
+    atol: float | None = None
+    core_aten: bool = False
+    tags: tuple[str, ...] = ()
+    xfail: dict[str, str] = dataclasses.field(default_factory=dict)
+    examples: int = 25
+    input_builder: Callable[..., Any] | None = None
+    allow_static: bool = False
+    seed: int | None = None
+    reproduce: str | None = None
+    max_size: int = 64
+
+    def tolerances(self) -> dict[str, float]:
+        if self.rtol is None and self.atol is None:
+            return {}
+        return {"rtol": self.rtol or 0.0, "atol": self.atol or 0.0}
+
+
+def _suggest(key: str) -> str:
+    close = difflib.get_close_matches(key, KEYWORDS, n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def validate_keywords(where: str, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Check marker (or fixture) keywords against the allow-list; return them unchanged or raise UsageError."""
+    valid = ", ".join(sorted(KEYWORDS))
+    if args:
+        raise UsageError(
+            f"{where}: exportable takes keyword arguments only, got positional {args!r}. "
+            f"Write e.g. @pytest.mark.exportable(dynamic_shapes=...). Valid keywords: {valid}"
+        )
+    for key, value in kwargs.items():
+        kw = KEYWORDS.get(key)
+        if kw is None:
+            raise UsageError(f"{where}: unknown exportable keyword {key!r}.{_suggest(key)} Valid keywords: {valid}")
+        try:
+            problem = kw.check(value)
+        except Exception as exc:  # a validator must never crash the session
+            problem = f"could not be checked ({type(exc).__name__}: {exc})"
+        if problem:
+            raise UsageError(f"{where}: exportable keyword {key!r} {problem} (expected {kw.expected}); got {value!r}")
+    return kwargs
+
+
+def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
+    """Marker keywords over session defaults."""
+    opts = CaseOptions(core_aten=session.core_aten, examples=session.examples, max_size=session.max_size)
+    for key, value in kwargs.items():
+        if key == "tags":
+            value = (value,) if isinstance(value, str) else tuple(value)
+        elif key == "xfail":
+            value = dict(value or {})
+        elif key in ("core_aten", "examples", "max_size") and value is None:
+            continue
+        setattr(opts, key, value)
+    return opts

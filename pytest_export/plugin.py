@@ -1,0 +1,166 @@
+"""pytest hooks of pytest-export. Thin: options, the marker, and hand-off to the runner.
+
+This module must not import torch: a pytest run that does not use the plugin must not pay for it.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import session as session_mod
+from .options import UsageError, validate_keywords
+from .results import ERROR, XFAILED, CaseResult
+
+MARKER = "exportable"
+RESULTS_KEY = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("export", "torch.export conformance (pytest-export)")
+
+    def add(flag: str, ini: str, help: str, *, kind: str = "string", default: Any = None, **kw: Any) -> None:
+        group.addoption(flag, dest=ini, default=None, help=help + f" (ini: {ini})", **kw)
+        parser.addini(ini, help=help, type=kind, default=default)
+
+    add("--export-check", "export_check", "export every @pytest.mark.exportable case and check it",
+        kind="bool", default=False, action="store_true")
+    add("--export-report", "export_report", "write the session's JSON report to PATH", metavar="PATH")
+    add("--export-core-aten", "export_core_aten",
+        "fail `decomp` where ops outside Core ATen survive run_decompositions()",
+        kind="bool", default=False, action="store_true")
+    add("--export-examples", "export_examples", "fuzz examples per case (default 25)", metavar="N")
+    add("--export-max-size", "export_max_size", "cap for unbounded Dim maxima while fuzzing (default 64)",
+        metavar="N")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(dynamic_shapes=None, strict=False, rtol=None, atol=None, core_aten=None, tags=(), xfail=None, ...): "
+        "the test returns (module, args[, kwargs]); with --export-check it is exported and checked "
+        "(see pytest-export's README for every keyword)",
+    )
+    es = session_mod.ExportSession(config)
+    config.stash[session_mod.SESSION_KEY] = es
+    config.pluginmanager.register(es, "pytest-export-session")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    es = config.stash.get(session_mod.SESSION_KEY, None)
+    if es is not None and config.pluginmanager.is_registered(es):
+        config.pluginmanager.unregister(es)
+
+
+def _session(config: pytest.Config) -> "session_mod.ExportSession":
+    return config.stash[session_mod.SESSION_KEY]
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if isinstance(item, pytest.Function) and item.get_closest_marker(MARKER) is not None:
+            if "tmp_path" not in item.fixturenames:
+                item.fixturenames.append("tmp_path")
+            item.obj = _wrap(item, item.obj)
+
+
+def _wrap(item: pytest.Function, func: Any) -> Any:
+    @functools.wraps(func)
+    def exportable_case(*args: Any, **kwargs: Any) -> None:
+        value = func(*args, **kwargs)
+        _run_marked(item, value)
+
+    return exportable_case
+
+
+def _where(item: pytest.Item) -> str:
+    return item.nodeid
+
+
+def _run_marked(item: pytest.Function, value: Any) -> None:
+    es = _session(item.config)
+    marker = item.get_closest_marker(MARKER)
+    where = _where(item)
+    try:
+        validate_keywords(where, marker.args, marker.kwargs)
+        case = es.build_case(where, value)
+        problem = None
+    except UsageError as exc:
+        problem = str(exc)
+    if problem is not None:
+        if es.options.check:
+            _record(item, CaseResult(item.nodeid, outcome=ERROR, error=problem))
+        pytest.fail(problem, pytrace=False)
+    if not es.options.check:
+        es.smoke(where, case)
+        return
+    result = es.run(item.nodeid, case, marker.kwargs, Path(item.funcargs["tmp_path"]))
+    _record(item, result)
+    if result.failed:
+        pytest.fail(result.failure_text(), pytrace=False)
+    if result.outcome == XFAILED:
+        pytest.xfail("; ".join(f"{s.name}: {s.message.splitlines()[0]}" for s in result.stages.values()
+                               if s.status == XFAILED))
+
+
+def _record(item: pytest.Item, result: CaseResult) -> None:
+    item.stash.setdefault(RESULTS_KEY, []).append(result)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    report = yield
+    results = item.stash.get(RESULTS_KEY, None)
+    if results and call.when == "call":
+        report.export_results = [r.to_json() for r in results]
+        for r in results:
+            for name, stage in r.stages.items():
+                report.user_properties.append((f"export.{name}", stage.status))
+            report.user_properties.append(("export.outcome", r.outcome))
+    return report
+
+
+@pytest.fixture
+def export_check(request: pytest.FixtureRequest, tmp_path: Path):
+    """Check a module explicitly: ``export_check(module, args, kwargs=None, raise_on_failure=True, **keywords)``.
+
+    Takes the marker's keywords, runs every stage, returns the result; raises a test failure on a failed
+    stage unless ``raise_on_failure=False``.
+    """
+    es = _session(request.config)
+    calls = []
+
+    def check(module: Any, args: Any, kwargs: Any = None, *, raise_on_failure: bool = True, **keywords: Any):
+        where = request.node.nodeid
+        try:
+            validate_keywords(where, (), keywords)
+            from .case import Case
+
+            case = Case.build(where, module, args, kwargs)
+            problem = None
+        except UsageError as exc:
+            problem = str(exc)
+        if problem is not None:
+            pytest.fail(problem, pytrace=False)
+        calls.append(None)
+        nodeid = where if len(calls) == 1 else f"{where}#{len(calls)}"
+        result = es.run(nodeid, case, keywords, tmp_path / f"export_check_{len(calls)}")
+        _record(request.node, result)
+        if raise_on_failure and result.failed:
+            pytest.fail(result.failure_text(), pytrace=False)
+        return result
+
+    return check
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    es = _session(config)
+    if es.options.check:
+        return [f"pytest-export: --export-check on (examples={es.options.examples}, report={es.options.report})"]
+    return None
+
+
+__all__ = ["export_check", "MARKER"]

@@ -1,0 +1,138 @@
+"""The one result model: built by the runner, shown in failures, stored in reports, shipped across xdist.
+
+Everything here is plain data (JSON-able builtins) and imports no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+PASSED, FAILED, SKIPPED, ERROR, XFAILED, XPASSED = "passed", "failed", "skipped", "error", "xfailed", "xpassed"
+BAD = (FAILED, ERROR, XPASSED)
+
+
+class ExportCheckFailure(AssertionError):
+    """Raised by the plain-Python API and the fixture when a stage failed."""
+
+    def __init__(self, result: "CaseResult"):
+        self.result = result
+        super().__init__(result.failure_text())
+
+
+@dataclasses.dataclass
+class StageResult:
+    name: str
+    status: str
+    message: str = ""
+    duration: float = 0.0
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"status": self.status, "message": self.message, "duration": round(self.duration, 6)}
+        out.update(self.data)
+        return out
+
+    @classmethod
+    def from_json(cls, name: str, d: dict[str, Any]) -> "StageResult":
+        d = dict(d)
+        return cls(name, d.pop("status"), d.pop("message", ""), float(d.pop("duration", 0.0)), d)
+
+
+@dataclasses.dataclass
+class CaseResult:
+    nodeid: str
+    outcome: str = PASSED
+    stages: dict[str, StageResult] = dataclasses.field(default_factory=dict)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    tags: list[str] = dataclasses.field(default_factory=list)
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    error: str = ""
+
+    # ---- building -------------------------------------------------------------------------
+    def add(self, stage: StageResult) -> StageResult:
+        self.stages[stage.name] = stage
+        return stage
+
+    def finish(self) -> "CaseResult":
+        if self.error:
+            self.outcome = ERROR
+        elif any(s.status in BAD for s in self.stages.values()):
+            self.outcome = FAILED
+        elif any(s.status == XFAILED for s in self.stages.values()):
+            self.outcome = XFAILED
+        else:
+            self.outcome = PASSED
+        return self
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome in (FAILED, ERROR)
+
+    def stage_status(self, name: str) -> str | None:
+        s = self.stages.get(name)
+        return s.status if s else None
+
+    # ---- JSON ---------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "nodeid": self.nodeid,
+            "outcome": self.outcome,
+            "stages": {n: s.to_json() for n, s in self.stages.items()},
+        }
+        if self.tags:
+            out["tags"] = list(self.tags)
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        if self.error:
+            out["error"] = self.error
+        out.update(self.info)
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "CaseResult":
+        d = dict(d)
+        stages = {n: StageResult.from_json(n, s) for n, s in d.pop("stages", {}).items()}
+        return cls(
+            nodeid=d.pop("nodeid"),
+            outcome=d.pop("outcome", PASSED),
+            stages=stages,
+            warnings=list(d.pop("warnings", [])),
+            tags=list(d.pop("tags", [])),
+            error=d.pop("error", ""),
+            info=d,
+        )
+
+    # ---- text ---------------------------------------------------------------------------
+    def table(self) -> str:
+        rows = [("stage", "status", "detail")]
+        for s in self.stages.values():
+            detail = s.message.splitlines()[0] if s.message else ""
+            if len(detail) > 100:
+                detail = detail[:97] + "..."
+            rows.append((s.name, s.status, detail))
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines = []
+        for i, r in enumerate(rows):
+            lines.append(" | ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+            if i == 0:
+                lines.append("-+-".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def failure_text(self) -> str:
+        parts = [f"export check of {self.nodeid}: {self.outcome}"]
+        if self.error:
+            parts.append(self.error)
+        if self.stages:
+            parts.append(self.table())
+        for s in self.stages.values():
+            if s.status in BAD:
+                parts.append(f"--- {s.name}: {s.status} ---\n{s.message}")
+        if self.warnings:
+            parts.append("warnings:\n" + "\n".join(f"  - {w}" for w in self.warnings))
+        return "\n\n".join(parts)
+
+    def raise_for_failure(self) -> "CaseResult":
+        if self.failed:
+            raise ExportCheckFailure(self)
+        return self

@@ -1,0 +1,25 @@
+"""Test-suite set-up.
+
+Plugin tests run pytest in-process with ``pytester`` for speed. pytester drops every module an inner run
+imported when it ends; torch cannot be imported twice in one process, so torch's modules (and the modules
+they pin) are kept across inner runs. The tests that prove the plugin does not import torch run pytest in a
+subprocess instead.
+"""
+
+from __future__ import annotations
+
+import _pytest.pytester as _pytester
+
+_KEEP = ("torch", "functorch", "sympy", "mpmath", "hypothesis", "xdist", "execnet", "filelock", "jinja2", "markupsafe",
+         "networkx", "fsspec", "typing_extensions", "pytest_export")
+
+
+class _KeepTorchSnapshot(_pytester.SysModulesSnapshot):
+    def __init__(self, preserve=None):
+        def keep(name: str) -> bool:
+            return name.split(".")[0] in _KEEP or bool(preserve and preserve(name))
+
+        super().__init__(preserve=keep)
+
+
+_pytester.SysModulesSnapshot = _KeepTorchSnapshot
