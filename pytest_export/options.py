@@ -138,6 +138,10 @@ KEYWORDS: dict[str, Keyword] = {
             "a reproduce blob printed by a failed `fuzz` stage; replays that exact example first",
         ),
         Keyword(
+            "timeout", _is_tolerance, "float seconds > 0 | None", None,
+            "time limit for this case's stages (default: --export-timeout)",
+        ),
+        Keyword(
             "max_size", _is_positive_int, "int | None", None,
             "cap for unbounded Dim maxima while fuzzing (default: --export-max-size)",
         ),
@@ -154,6 +158,7 @@ class SessionOptions:
     examples: int = 25
     max_size: int = 64
     report: str | None = None
+    timeout: float | None = None
 
 
 @dataclasses.dataclass
@@ -171,6 +176,7 @@ class CaseOptions:
     seed: int | None = None
     reproduce: str | None = None
     max_size: int = 64
+    timeout: float | None = None
 
     def tolerances(self) -> dict[str, float]:
         if self.rtol is None and self.atol is None:
@@ -206,13 +212,14 @@ def validate_keywords(where: str, args: tuple, kwargs: dict[str, Any]) -> dict[s
 
 def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
     """Marker keywords over session defaults."""
-    opts = CaseOptions(core_aten=session.core_aten, examples=session.examples, max_size=session.max_size)
+    opts = CaseOptions(core_aten=session.core_aten, examples=session.examples, max_size=session.max_size,
+                       timeout=session.timeout)
     for key, value in kwargs.items():
         if key == "tags":
             value = (value,) if isinstance(value, str) else tuple(value)
         elif key == "xfail":
             value = dict(value or {})
-        elif key in ("core_aten", "examples", "max_size") and value is None:
+        elif key in ("core_aten", "examples", "max_size", "timeout") and value is None:
             continue
         setattr(opts, key, value)
     return opts

@@ -35,6 +35,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add("--export-examples", "export_examples", "fuzz examples per case (default 25)", metavar="N")
     add("--export-max-size", "export_max_size", "cap for unbounded Dim maxima while fuzzing (default 64)",
         metavar="N")
+    add("--export-timeout", "export_timeout",
+        "time limit in seconds for each case's stages; a case over it is stopped and reported (default: none)",
+        metavar="SECONDS")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -70,7 +73,15 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def _wrap(item: pytest.Function, func: Any) -> Any:
     @functools.wraps(func)
     def exportable_case(*args: Any, **kwargs: Any) -> None:
-        value = func(*args, **kwargs)
+        try:
+            value = func(*args, **kwargs)
+        except BaseException as exc:
+            if _session(item.config).options.check and isinstance(exc, Exception):
+                _record(item, CaseResult(
+                    item.nodeid, outcome=ERROR,
+                    error=f"{item.nodeid}: the test raised while building its case: {type(exc).__name__}: {exc}",
+                ))
+            raise
         _run_marked(item, value)
 
     return exportable_case

@@ -16,6 +16,7 @@ import torch.utils._pytree as pytree
 from .case import Case
 from .compare import Mismatch, compare_trees
 from .options import CaseOptions
+from .timeout import CaseTimeout, time_limit
 from .results import ERROR, FAILED, PASSED, SKIPPED, XFAILED, XPASSED, CaseResult, StageResult
 
 RUN_SEED = 0x5EED
@@ -313,7 +314,7 @@ def stage_decomp(ctx: Context) -> dict[str, Any]:
 
 STAGE_REGISTRY: list[Stage] = [
     Stage("eager", stage_eager),
-    Stage("export", stage_export),
+    Stage("export", stage_export, needs=("eager",)),
     Stage("compare", stage_compare, needs=("eager", "export")),
     Stage("serde", stage_serde, needs=("eager", "export")),
     Stage("decomp", stage_decomp, needs=("eager", "export")),
@@ -362,11 +363,34 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pytest-export-")))
         ctx = Context(case, options, nodeid, workdir, session)
         stack.enter_context(quiet_trace_logs())
-        for stage in list(STAGE_REGISTRY):
-            if not stage.enabled(ctx):
-                continue
-            ctx.result.add(_run_stage(ctx, stage))
+        stages = [s for s in STAGE_REGISTRY if s.enabled(ctx)]
+        timed_out = None
+        try:
+            with time_limit(options.timeout):
+                for stage in stages:
+                    timed_out = stage
+                    ctx.result.add(_run_stage(ctx, stage))
+                timed_out = None
+        except CaseTimeout as exc:
+            _record_timeout(ctx, stages, timed_out, exc)
         return ctx.result.finish()
+
+
+def _record_timeout(ctx: Context, stages: list[Stage], current: Stage | None, exc: CaseTimeout) -> None:
+    """The stage that was running is an ``error``; the ones after it are skipped; the result is kept."""
+    for stage in stages:
+        if stage.name in ctx.result.stages:
+            continue
+        if current is not None and stage.name == current.name:
+            ctx.result.add(StageResult(
+                stage.name, ERROR,
+                f"timed out: the case {exc} (--export-timeout / timeout=) while running `{stage.name}`; "
+                "the stage hangs or is too slow: raise the limit or make the case smaller",
+                data={"timeout": ctx.options.timeout},
+            ))
+            ctx.result.warnings.append(f"stopped after {ctx.options.timeout:g} s in stage {stage.name}")
+        else:
+            ctx.result.add(StageResult(stage.name, SKIPPED, "skipped: the case timed out"))
 
 
 def smoke(case: Case) -> None:

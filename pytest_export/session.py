@@ -35,7 +35,21 @@ def read_session_options(config: pytest.Config) -> SessionOptions:
         examples=_int_option(config, "export_examples", 25),
         max_size=_int_option(config, "export_max_size", 64),
         report=config.getoption("export_report") or config.getini("export_report") or None,
+        timeout=_float_option(config, "export_timeout"),
     )
+
+
+def _float_option(config: pytest.Config, name: str) -> float | None:
+    value = config.getoption(name) or config.getini(name)
+    if value in (None, ""):
+        return None
+    try:
+        seconds = float(value)
+        if seconds <= 0 or seconds != seconds:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"--{name.replace('_', '-')} must be a positive number of seconds, got {value!r}")
+    return seconds
 
 
 class ExportSession:
