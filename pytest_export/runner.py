@@ -211,10 +211,12 @@ def stage_export(ctx: Context) -> dict[str, Any]:
     before = state_snapshot(module)
     args, kwargs = clone_inputs((ctx.case.args, ctx.case.kwargs))
     try:
+        dynamic_shapes = ctx.options.dynamic_shapes
+        if isinstance(dynamic_shapes, torch.export.ShapesCollection):
+            # keyed by the identity of the example tensors: resolve it on the case's own inputs, not the clones
+            dynamic_shapes = dynamic_shapes.dynamic_shapes(module, ctx.case.args, ctx.case.kwargs)
         with quiet_trace_logs():
-            ctx.ep = torch.export.export(
-                module, args, kwargs, dynamic_shapes=ctx.options.dynamic_shapes, strict=ctx.options.strict
-            )
+            ctx.ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=ctx.options.strict)
     except Exception as exc:
         raise StageFailure(describe_exception(exc) + export_hint(exc), exception=type(exc).__name__)
     changed = state_changes(module, before)
@@ -264,8 +266,8 @@ def export_hint(exc: BaseException) -> str:
 def _bound(v: Any) -> int | None:
     try:
         i = int(v)
-    except (TypeError, ValueError, OverflowError):
-        return None  # infinity
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None  # infinity (sympy's int_oo raises AttributeError from int())
     return i if abs(i) < 2**62 else None
 
 
