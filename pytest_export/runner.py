@@ -276,6 +276,13 @@ def stage_compare(ctx: Context) -> dict[str, Any]:
 
 
 def stage_serde(ctx: Context) -> dict[str, Any]:
+    from .torchlog import repaired_torch_logs
+
+    with repaired_torch_logs(ctx.result.warnings):
+        return _save_load_compare(ctx)
+
+
+def _save_load_compare(ctx: Context) -> dict[str, Any]:
     import io
 
     buf = io.BytesIO()
