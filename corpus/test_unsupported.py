@@ -189,3 +189,34 @@ class ExplicitGenerator(torch.nn.Module):
 def test_explicit_generator_in_forward():
     # export and compare pass: the defect is silent until the program is saved or decomposed
     return ExplicitGenerator(), (torch.randn(3),)
+
+
+class AutocastThenFloat(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = self.linear(x)
+        return y.float()
+
+
+_AUTOCAST_STRICT = ("strict export records the cast after an autocast region with the wrong input dtype: "
+                    "the program fails its own check 'Tensor dtype mismatch! Expected: Float, Got: BFloat16'")
+
+
+@pytest.mark.exportable(
+    strict=True,
+    tags=["patterns", "unsupported", "autocast", "strict"],
+    xfail={"compare": _AUTOCAST_STRICT, "serde": _AUTOCAST_STRICT, "decomp": _AUTOCAST_STRICT},
+)
+def test_cast_after_autocast_region_strict():
+    torch.manual_seed(0)
+    return AutocastThenFloat(), (torch.randn(4, 8),)
+
+
+@pytest.mark.exportable(tags=["patterns", "autocast", "non-strict"])
+def test_cast_after_autocast_region_non_strict():
+    torch.manual_seed(0)
+    return AutocastThenFloat(), (torch.randn(4, 8),)
