@@ -99,7 +99,7 @@ def test_train_batchnorm_records_non_core_op():
 
 @pytest.mark.exportable(
     core_aten=True,
-    tags=["decomp", "batchnorm", "core_aten"],
+    tags=["decomp", "batchnorm", "core-aten"],
     xfail={"decomp": "train-mode batch norm leaves aten._native_batch_norm_legit_functional (not Core ATen)"},
 )
 def test_train_batchnorm_core_aten_required():
