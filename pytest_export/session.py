@@ -124,7 +124,7 @@ class ExportSession:
             return
         if self.options.report:
             terminalreporter.write_line(f"pytest-export: report written to {self.options.report}")
-        if any(c.get("tags") for c in self.cases.values()):
+        if self.options.check and any(c.get("tags") for c in self.cases.values()):
             self.write_conformance(terminalreporter)
 
     def write_conformance(self, terminalreporter: Any) -> None:

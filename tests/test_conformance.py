@@ -126,3 +126,18 @@ def test_core_op_count_does_not_depend_on_what_the_process_ran():
     assert (int(fresh_total), int(fresh_countable)) == (len(all_core_ops()), len(countable_core_ops()))
     assert has_pool1d == "True" and has_sym == "True"
     assert "aten.sym_size.int" not in countable_core_ops()
+
+
+def test_no_table_in_smoke_mode(pytester):
+    # without --export-check only fixture calls are checked: a table of those alone would mislead
+    write_cases(pytester, '''
+@pytest.mark.exportable(tags=["basics"])
+def test_marked():
+    return torch.nn.ReLU(), (torch.randn(2),)
+
+def test_fixture(export_check):
+    export_check(torch.nn.ReLU(), (torch.randn(2),), tags=["basics"])
+''')
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    assert "export conformance" not in result.stdout.str()
