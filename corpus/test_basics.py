@@ -99,7 +99,7 @@ def test_train_batchnorm_records_non_core_op():
 
 @pytest.mark.exportable(
     core_aten=True,
-    tags=["decomp", "batchnorm", "core_aten"],
+    tags=["decomp", "batchnorm", "core-aten"],
     xfail={"decomp": "train-mode batch norm leaves aten._native_batch_norm_legit_functional (not Core ATen)"},
 )
 def test_train_batchnorm_core_aten_required():
@@ -119,3 +119,62 @@ class DataDependentBranch(torch.nn.Module):
 )
 def test_data_dependent_branch_unsupported():
     return DataDependentBranch(), (torch.ones(3),)
+
+
+class HookedLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.linear.register_forward_hook(lambda module, inputs, output: output.clamp(min=0))
+        self.linear.register_forward_pre_hook(lambda module, inputs: (inputs[0] * 2,))
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+@pytest.mark.exportable(tags=["basics", "hooks"])
+def test_forward_hooks_are_traced():
+    torch.manual_seed(0)
+    return HookedLinear(), (torch.randn(2, 4),)
+
+
+@pytest.mark.exportable(strict=True, tags=["basics", "hooks", "strict"])
+def test_forward_hooks_are_traced_strict():
+    torch.manual_seed(0)
+    return HookedLinear(), (torch.randn(2, 4),)
+
+
+class GradInForward(torch.nn.Module):
+    """Computes an input gradient inside forward (e.g. a physics-informed loss term)."""
+
+    def forward(self, x):
+        x = x.detach().requires_grad_(True)
+        with torch.enable_grad():
+            energy = (x**3).sum()
+            (force,) = torch.autograd.grad(energy, x)
+        return force
+
+
+@pytest.mark.exportable(tags=["basics", "autograd"])
+def test_autograd_grad_inside_forward():
+    return GradInForward(), (torch.randn(5),)
+
+
+class Regions(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        with torch.no_grad():
+            stats = x.mean(0, keepdim=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = self.linear(x - stats)
+        print("traced once")  # a Python side effect runs at export time, not in the program
+        return y.float()
+
+
+@pytest.mark.exportable(tags=["basics", "autocast", "grad-mode"])
+def test_no_grad_and_autocast_regions():
+    torch.manual_seed(0)
+    return Regions(), (torch.randn(4, 8),)

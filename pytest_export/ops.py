@@ -40,9 +40,16 @@ def program_ops(ep) -> dict[str, bool]:
 
 @functools.lru_cache(maxsize=1)
 def all_core_ops() -> frozenset[str]:
-    """Every Core ATen overload known to this torch."""
+    """Every Core ATen overload known to this torch.
+
+    ``dir(torch.ops.aten)`` lists only the packets accessed so far in this process, so the dispatcher's
+    registry is read as well: the count must not depend on what the process happened to run before.
+    """
     names = set()
-    for packet_name in dir(torch.ops.aten):
+    packet_names = set(dir(torch.ops.aten))
+    packet_names.update(n[len("aten::"):].split(".")[0] for n in torch._C._dispatch_get_all_op_names()
+                        if n.startswith("aten::"))
+    for packet_name in sorted(packet_names):
         try:
             packet = getattr(torch.ops.aten, packet_name)
         except Exception:
@@ -59,4 +66,9 @@ def all_core_ops() -> frozenset[str]:
     return frozenset(names)
 
 
-__all__ = ["program_ops", "is_core", "all_core_ops", "op_name", "operator"]
+def countable_core_ops() -> frozenset[str]:
+    """The Core ATen ops a program's op list can show (symbolic-size queries and asserts are never counted)."""
+    return frozenset(op for op in all_core_ops() if not op.startswith(_IGNORED_PREFIXES))
+
+
+__all__ = ["program_ops", "is_core", "all_core_ops", "countable_core_ops", "op_name", "operator"]

@@ -28,6 +28,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
     add("--export-check", "export_check", "export every @pytest.mark.exportable case and check it",
         kind="bool", default=False, action="store_true")
+    add("--export-tags", "export_tags", "run only the cases that carry one of these tags (comma-separated)",
+        metavar="TAG[,TAG...]", action="append")
     add("--export-report", "export_report", "write the session's JSON report to PATH", metavar="PATH")
     add("--export-core-aten", "export_core_aten",
         "fail `decomp` where ops outside Core ATen survive run_decompositions()",
@@ -62,7 +64,11 @@ def _session(config: pytest.Config) -> "session_mod.ExportSession":
     return config.stash[session_mod.SESSION_KEY]
 
 
+@pytest.hookimpl(tryfirst=True)  # tag markers must exist before -m deselects
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    from .tags import apply_tags, parse_tags
+
+    apply_tags(config, items, MARKER, parse_tags(config.getoption("export_tags") or config.getini("export_tags")))
     for item in items:
         if isinstance(item, pytest.Function) and item.get_closest_marker(MARKER) is not None:
             if "tmp_path" not in item.fixturenames:

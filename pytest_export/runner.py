@@ -212,10 +212,12 @@ def stage_export(ctx: Context) -> dict[str, Any]:
     before = state_snapshot(module)
     args, kwargs = clone_inputs((ctx.case.args, ctx.case.kwargs))
     try:
+        dynamic_shapes = ctx.options.dynamic_shapes
+        if isinstance(dynamic_shapes, torch.export.ShapesCollection):
+            # keyed by the identity of the example tensors: resolve it on the case's own inputs, not the clones
+            dynamic_shapes = dynamic_shapes.dynamic_shapes(module, ctx.case.args, ctx.case.kwargs)
         with quiet_trace_logs():
-            ctx.ep = torch.export.export(
-                module, args, kwargs, dynamic_shapes=ctx.options.dynamic_shapes, strict=ctx.options.strict
-            )
+            ctx.ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=ctx.options.strict)
     except Exception as exc:
         raise StageFailure(describe_exception(exc) + export_hint(exc), exception=type(exc).__name__)
     changed = state_changes(module, before)
@@ -265,8 +267,8 @@ def export_hint(exc: BaseException) -> str:
 def _bound(v: Any) -> int | None:
     try:
         i = int(v)
-    except (TypeError, ValueError, OverflowError):
-        return None  # infinity
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None  # infinity (sympy's int_oo raises AttributeError from int())
     return i if abs(i) < 2**62 else None
 
 
@@ -275,6 +277,13 @@ def stage_compare(ctx: Context) -> dict[str, Any]:
 
 
 def stage_serde(ctx: Context) -> dict[str, Any]:
+    from .torchlog import repaired_torch_logs
+
+    with repaired_torch_logs(ctx.result.warnings):
+        return _save_load_compare(ctx)
+
+
+def _save_load_compare(ctx: Context) -> dict[str, Any]:
     import io
 
     buf = io.BytesIO()

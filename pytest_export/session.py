@@ -138,6 +138,16 @@ class ExportSession:
             return
         if self.options.report:
             terminalreporter.write_line(f"pytest-export: report written to {self.options.report}")
+        if self.options.check and any(c.get("tags") for c in self.cases.values()):
+            self.write_conformance(terminalreporter)
+
+    def write_conformance(self, terminalreporter: Any) -> None:
+        """Cases by tag and stage, and the Core ATen coverage they reach (counting the core ops imports torch)."""
+        from .conformance import conformance_table
+        from .ops import countable_core_ops
+
+        terminalreporter.write_sep("=", f"export conformance (torch {self.torch_version()})")
+        terminalreporter.write_line(conformance_table(list(self.cases.values()), countable_core_ops()))
 
 
 __all__ = ["ExportSession", "SESSION_KEY", "UsageError", "CaseResult"]
