@@ -1,0 +1,164 @@
+"""Every benchmark of pytest-export, each printed as a ratio of two things measured side by side in one run.
+
+    python benchmarks/run.py            # all figures
+    python benchmarks/run.py --quick    # fewer repeats, no corpus xdist run
+
+Figures (goal in brackets):
+  load      pytest over a suite without markers, plugin on vs `-p no:export`      [< 30 ms added, no torch]
+  harness   `pytest --export-check` over 20 cases vs a plain torch script         [<= 1.15x]
+  variants  re-export per check (PyTorch's variant-test style) vs one export      [>= 2.5x]
+  xdist     corpus with -n 2 vs -n 0                                              [>= 1.6x on 2 cores]
+  fuzz      fuzz examples/s vs (eager + exported) forward calls/s on the same inputs
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PY = sys.executable
+
+
+def _time(cmd: list[str], cwd: Path, env: dict | None = None) -> float:
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+    dt = time.perf_counter() - t0
+    if out.returncode not in (0, 5):
+        raise SystemExit(f"benchmark command failed ({out.returncode}): {' '.join(cmd)}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return dt
+
+
+def _side_by_side(a: list[str], b: list[str], cwd: Path, repeats: int, env: dict | None = None) -> tuple[float, float]:
+    """Median wall time of two commands, run interleaved so that machine noise hits both alike."""
+    ta, tb = [], []
+    for _ in range(repeats):
+        ta.append(_time(a, cwd, env))
+        tb.append(_time(b, cwd, env))
+    return statistics.median(ta), statistics.median(tb)
+
+
+def bench_load(repeats: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        for i in range(20):
+            (d / f"test_plain_{i}.py").write_text("".join(f"def test_{j}():\n    assert {j} == {j}\n" for j in range(10)))
+        (d / "conftest.py").write_text(
+            "import sys\n"
+            "def pytest_unconfigure(config):\n"
+            "    assert 'torch' not in sys.modules, 'torch was imported'\n"
+        )
+        base = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:hypothesispytest"]
+        on, off = _side_by_side(base, base + ["-p", "no:export"], d, repeats)
+    return {"name": "load", "a": on, "b": off, "ratio": on / off, "added_ms": (on - off) * 1000,
+            "text": f"plugin on {on*1000:.0f} ms vs off {off*1000:.0f} ms: {(on-off)*1000:+.0f} ms added, "
+                    f"ratio {on/off:.3f}x, torch not imported (goal < 30 ms)"}
+
+
+def bench_harness(repeats: int) -> dict:
+    harness = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "--export-check",
+               "test_bench_cases.py", *EXTRA_HARNESS_ARGS]
+    plain = [PY, "plain.py"]
+    h, p = _side_by_side(harness, plain, HERE, repeats)
+    return {"name": "harness", "a": h, "b": p, "ratio": h / p,
+            "text": f"pytest --export-check {h:.2f} s vs plain torch script {p:.2f} s: {h/p:.2f}x (goal <= 1.15x)"}
+
+
+EXTRA_HARNESS_ARGS: list[str] = []
+
+
+def bench_variants(repeats: int) -> dict:
+    """In one process: our one-export run of the core checks vs re-exporting for each check."""
+    import io
+
+    import torch
+
+    import pytest_export
+    from cases import make_cases
+
+    cases = make_cases()
+
+    def one_export():
+        for name, module, args in cases:
+            r = pytest_export.check(module, args, name=name)
+            assert r.outcome == "passed", r.failure_text()
+
+    def variants():
+        # PyTorch's export tests run each check as its own variant, exporting again each time
+        for name, module, args in cases:
+            ref = module(*args)
+            ep = torch.export.export(module, args)                      # plain
+            torch.testing.assert_close(ep.module()(*args), ref)
+            ep = torch.export.export(module, args)                      # serdes variant
+            buf = io.BytesIO()
+            torch.export.save(ep, buf)
+            buf.seek(0)
+            torch.testing.assert_close(torch.export.load(buf).module()(*args), ref)
+            ep = torch.export.export(module, args)                      # retraceability variant
+            ep2 = torch.export.export(ep.module(), args)
+            torch.testing.assert_close(ep2.module()(*args), ref)
+            ep = torch.export.export(module, args)                      # decomposition variant
+            torch.testing.assert_close(ep.run_decompositions().module()(*args), ref)
+            ep = torch.export.export(module, args, strict=False)        # non-strict variant
+            torch.testing.assert_close(ep.module()(*args), ref)
+
+    one_export()  # warm up both paths (first export pays the imports)
+    variants()
+    t_one, t_var = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter(); variants(); t_var.append(time.perf_counter() - t0)
+        t0 = time.perf_counter(); one_export(); t_one.append(time.perf_counter() - t0)
+    v, o = statistics.median(t_var), statistics.median(t_one)
+    return {"name": "variants", "a": v, "b": o, "ratio": v / o,
+            "text": f"re-export per check {v:.2f} s vs one export {o:.2f} s: {v/o:.2f}x faster (goal >= 2.5x)"}
+
+
+def bench_xdist(repeats: int) -> dict:
+    base = [PY, "-m", "pytest", "corpus", "-q", "-p", "no:cacheprovider", "--export-check"]
+    n2, n0 = _side_by_side(base + ["-n", "2"], base + ["-n", "0"], ROOT, repeats)
+    return {"name": "xdist", "a": n0, "b": n2, "ratio": n0 / n2,
+            "text": f"corpus -n 0 {n0:.1f} s vs -n 2 {n2:.1f} s: {n0/n2:.2f}x (goal >= 1.6x on 2 cores)"}
+
+
+def bench_fuzz(repeats: int) -> dict | None:
+    try:
+        import bench_fuzz  # the fuzz stage's own benchmark
+    except ImportError:
+        return None
+    return bench_fuzz.measure(repeats)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer repeats and no corpus xdist run")
+    ap.add_argument("--only", help="comma-separated subset: load,harness,variants,xdist,fuzz")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(HERE))
+    os.environ.setdefault("PYTHONPATH", str(ROOT))
+    repeats = 1 if args.quick else 3
+    wanted = set((args.only or "load,harness,variants,xdist,fuzz").split(","))
+    if args.quick:
+        wanted.discard("xdist")
+    runs = {"load": lambda: bench_load(repeats * 3), "harness": lambda: bench_harness(repeats),
+            "variants": lambda: bench_variants(repeats), "xdist": lambda: bench_xdist(1), "fuzz": lambda: bench_fuzz(repeats)}
+    print(f"pytest-export benchmarks (python {sys.version.split()[0]}, {os.cpu_count()} cores)")
+    for name, fn in runs.items():
+        if name not in wanted:
+            continue
+        res = fn()
+        if res is None:
+            print(f"{name:9s} (not available)")
+            continue
+        print(f"{name:9s} {res['text']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
