@@ -125,6 +125,10 @@ class CaseResult:
             parts.append(self.error)
         if self.stages:
             parts.append(self.table())
+        if self.info.get("shapes") and any(s.status in BAD for s in self.stages.values()):
+            from .shapes import table_text
+
+            parts.append("declared vs achieved dynamic shapes:\n" + table_text(self.info["shapes"]))
         for s in self.stages.values():
             if s.status in BAD:
                 parts.append(f"--- {s.name}: {s.status} ---\n{s.message}")

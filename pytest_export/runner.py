@@ -22,6 +22,10 @@ from .results import ERROR, FAILED, PASSED, SKIPPED, XFAILED, XPASSED, CaseResul
 RUN_SEED = 0x5EED
 
 
+class StageSkip(Exception):
+    """A stage does not apply to this case; the message says why."""
+
+
 class StageFailure(Exception):
     """A stage found a defect: message for people, data for the report."""
 
@@ -142,6 +146,44 @@ class Context:
         self.decomposed = None
         self._reference: Observation | None = None
         self._modules: dict[int, torch.nn.Module] = {}
+        self.declaration = None  # shapes.Declaration, parsed before export
+        self.audit_problem: str | None = None
+        self._audit = None
+
+    # dynamic shapes ------------------------------------------------------------------------
+    def audit(self):
+        """Declared vs achieved for the exported program (``shapes.Audit``), computed once; None if unavailable."""
+        if self._audit is None and self.ep is not None and self.declaration is not None:
+            from .shapes import audit
+
+            try:
+                self._audit = audit(self.declaration, self.ep, allow_static=self.options.allow_static,
+                                    max_size=self.options.max_size)
+            except Exception as exc:  # noqa: BLE001 - a gap in the model must not fail export itself
+                self.audit_problem = f"could not map dynamic_shapes onto the exported program: {describe_exception(exc)}"
+                self.result.warnings.append(self.audit_problem)
+                self.declaration = None
+        return self._audit
+
+    def in_range_inputs(self) -> list[tuple[dict[str, int], tuple, dict]]:
+        """Boundary sizes inside the declared-and-kept ranges, as (sizes by name, args, kwargs)."""
+        from .stages.guards import in_range_probes, probe_inputs
+
+        au = self.audit()
+        if au is None:
+            return []
+        return [(au.model.named(p.values), *probe_inputs(self, au.model, p, self.options.input_builder))
+                for p in in_range_probes(self, au.model) if p.inputs is None]
+
+    def out_of_range_inputs(self) -> list[tuple[str, tuple, dict]]:
+        """Inputs a program must refuse (max+1, min-1 where checked, broken relations, wrong static sizes)."""
+        from .stages.guards import out_of_range_probes, probe_inputs
+
+        au = self.audit()
+        if au is None:
+            return []
+        return [(p.description, *probe_inputs(self, au.model, p)) for p in out_of_range_probes(self, au.model)
+                if p.kind != "small"]
 
     # programs ------------------------------------------------------------------------------
     def module_of(self, ep) -> torch.nn.Module:
@@ -225,6 +267,14 @@ def stage_export(ctx: Context) -> dict[str, Any]:
         "nodes": sum(1 for _ in ctx.ep.graph.nodes),
         "range_constraints": {str(k): [_bound(v.lower), _bound(v.upper)] for k, v in ctx.ep.range_constraints.items()},
     }
+    au = ctx.audit()
+    if au is not None and au.rows:
+        ctx.result.info["shapes"] = au.rows
+        counts: dict[str, int] = {}
+        for row in au.rows:
+            counts[row["status"]] = counts.get(row["status"], 0) + 1
+        data["message"] = "dynamic axes: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+        ctx.result.warnings.extend(au.warnings)
     if changed:
         raise StageFailure(
             "exporting changed the eager module's state: " + ", ".join(changed)
@@ -351,6 +401,8 @@ def _run_stage(ctx: Context, stage: Stage) -> StageResult:
         out = StageResult(stage.name, PASSED, data.pop("message", ""), data=data)
     except StageFailure as exc:
         out = StageResult(stage.name, FAILED, str(exc), data=exc.data)
+    except StageSkip as exc:
+        out = StageResult(stage.name, SKIPPED, f"skipped: {exc}")
     except Exception as exc:  # noqa: BLE001 - every stage failure becomes a result, never a crash
         out = StageResult(stage.name, FAILED, describe_exception(exc), data={"exception": type(exc).__name__})
         out.data["traceback"] = "".join(traceback.format_exception(exc)[-6:])[-3000:]
@@ -372,6 +424,8 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pytest-export-")))
         ctx = Context(case, options, nodeid, workdir, session)
         stack.enter_context(quiet_trace_logs())
+        if not _read_declaration(ctx):
+            return ctx.result.finish()
         stages = [s for s in STAGE_REGISTRY if s.enabled(ctx)]
         timed_out = None
         try:
@@ -383,6 +437,22 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
         except CaseTimeout as exc:
             _record_timeout(ctx, stages, timed_out, exc)
         return ctx.result.finish()
+
+
+def _read_declaration(ctx: Context) -> bool:
+    """The dynamic_shapes model, before export: a declaration torch would misread is the case's usage error."""
+    from .options import UsageError
+    from .shapes import parse
+
+    try:
+        ctx.declaration = parse(ctx.nodeid, ctx.options.dynamic_shapes, ctx.case.module, ctx.case.args,
+                                ctx.case.kwargs)
+    except UsageError as exc:
+        ctx.result.error = str(exc)
+        return False
+    except Exception as exc:  # noqa: BLE001 - export reports the real problem; guards and fuzz stand aside
+        ctx.audit_problem = f"could not model dynamic_shapes: {describe_exception(exc)}"
+    return True
 
 
 def _record_timeout(ctx: Context, stages: list[Stage], current: Stage | None, exc: CaseTimeout) -> None:
@@ -406,5 +476,7 @@ def smoke(case: Case) -> None:
     """Without --export-check: build and validate the case and run eager forward once."""
     observe(case.module, case.module, case.args, case.kwargs)
 
+
+from .stages import fuzz as _fuzz, guards as _guards  # noqa: E402,F401 - they register their stages
 
 __all__ = ["run_case", "smoke", "register_stage", "Stage", "StageFailure", "Context", "ERROR"]

@@ -1,0 +1,634 @@
+"""The model of a ``dynamic_shapes`` declaration, and the audit of what export really kept dynamic.
+
+``parse`` reads every form ``torch.export.export`` accepts and returns the root symbols with their declared
+ranges and, for every declared axis, its affine form ``a*root + b``. It rejects, before export, what torch
+would ignore silently or report far from the key (an axis past the tensor's rank, one name defined twice, an
+example outside its own declared range).
+
+``audit`` maps each declared axis to the exported program (user-input placeholder shapes looked up in
+``range_constraints``) and classifies it as kept, narrowed or specialized. ``FuzzModel`` is what the ``guards``
+and ``fuzz`` stages sample from: one variable per symbol export kept, inside declared-and-achieved ranges.
+
+No pytest here; torch is imported lazily by the functions that need it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+from .options import UsageError
+
+KEPT, NARROWED, SPECIALIZED = "kept", "narrowed", "specialized"
+
+
+@dataclasses.dataclass
+class Root:
+    """A declared root symbol: a named Dim, or one AUTO / DYNAMIC / AdditionalInputs axis (named by its path)."""
+
+    name: str
+    kind: str  # "dim" | "auto" | "dynamic" | "additional"
+    min: int
+    max: int | None  # None: unbounded
+    bounded: bool  # the user wrote the bounds (a promise); a bare AUTO is not one
+    example: int | None = None
+    declared: str = ""
+
+    def contains(self, v: int) -> bool:
+        return v >= self.min and (self.max is None or v <= self.max)
+
+    def range_text(self) -> str:
+        return f"[{self.min}, {'inf' if self.max is None else self.max}]"
+
+
+@dataclasses.dataclass
+class Axis:
+    """One declared-dynamic axis of an input (``dim`` None for an int input): size = a * root + b."""
+
+    path: str  # e.g. "x", "inputs['mask']", "batch.a"
+    flat: int  # index in the flattened (args, kwargs)
+    dim: int | None
+    root: str
+    a: int = 1
+    b: int = 0
+    example: int = 0
+    declared: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.path if self.dim is None else f"{self.path}.shape[{self.dim}]"
+
+    def size(self, root_value: int) -> int:
+        return self.a * root_value + self.b
+
+
+@dataclasses.dataclass
+class Declaration:
+    roots: dict[str, Root]
+    axes: list[Axis]
+    paths: list[str]  # display path of every flat input leaf
+    keys: list[str]  # pytree keystr of every flat input leaf (to match the exported program's placeholders)
+    additional: list[tuple[tuple, dict]] = dataclasses.field(default_factory=list)
+
+    def axes_of(self, root: str) -> list[Axis]:
+        return [ax for ax in self.axes if ax.root == root]
+
+
+# ---- parsing -------------------------------------------------------------------------------
+
+def _dim_classes():
+    import torch.export.dynamic_shapes as ds
+
+    return ds.Dim, ds._DerivedDim, ds._DimHint
+
+
+def _hint_type(hint: Any) -> str:
+    return str(getattr(hint.type, "name", hint.type)).lower()  # "auto" | "dynamic" | "static"
+
+
+def _affine(d: Any) -> tuple[Any, int, int]:
+    """A derived Dim as (root Dim, a, b): torch only admits increasing integer-linear forms."""
+    fn = d.fn
+    b = int(fn(0))
+    a = int(fn(1)) - b
+    return d.root, a, b
+
+
+def describe_dim(d: Any) -> str:
+    """A Dim, a derived Dim or a hint as Python source (what the user would write)."""
+    Dim, Derived, Hint = _dim_classes()
+    if d is None:
+        return "None"
+    if isinstance(d, Hint):
+        bounds = ", ".join(f"{k}={getattr(d, k)}" for k in ("min", "max") if getattr(d, k, None) is not None)
+        return f"Dim.{_hint_type(d).upper()}" + (f"({bounds})" if bounds else "")
+    if isinstance(d, Derived):
+        return str(d.__name__)
+    if isinstance(d, Dim):
+        parts = [repr(d.__name__)]
+        if d.min not in (None, 0):
+            parts.append(f"min={d.min}")
+        if d.max is not None and d.max < 2**62 and str(d.max) != "int_oo":
+            parts.append(f"max={d.max}")
+        return f"Dim({', '.join(parts)})"
+    return repr(d)
+
+
+def _max_of(d: Any) -> int | None:
+    m = getattr(d, "max", None)
+    if m is None:
+        return None
+    try:
+        m = int(m)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
+    return None if m >= 2**62 else m
+
+
+def resolve(dynamic_shapes: Any, module: Any, args: tuple, kwargs: dict) -> tuple[Any, list]:
+    """ShapesCollection / AdditionalInputs to the plain form, plus AdditionalInputs' extra examples."""
+    import torch.export
+
+    if isinstance(dynamic_shapes, torch.export.ShapesCollection):
+        return dynamic_shapes.dynamic_shapes(module, args, kwargs), []
+    if isinstance(dynamic_shapes, torch.export.AdditionalInputs):
+        extra = []
+        for ex in getattr(dynamic_shapes, "_examples", []):
+            if isinstance(ex, tuple) and len(ex) == 2 and isinstance(ex[0], tuple) and (ex[1] is None or isinstance(ex[1], dict)):
+                extra.append((ex[0], dict(ex[1] or {})))
+            else:
+                extra.append((tuple(ex), {}))
+        return dynamic_shapes.dynamic_shapes(module, args, kwargs), extra
+    return dynamic_shapes, []
+
+
+def input_names(module: Any, args: tuple, kwargs: dict) -> list[str]:
+    """Names of the inputs as export combines them: positional by forward's signature, then kwargs."""
+    try:
+        sig = inspect.signature(module.forward)
+        bound = sig.bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return [f"args[{i}]" for i in range(len(args))] + list(kwargs)
+    names = []
+    for name, param in sig.parameters.items():
+        if name not in bound.arguments:
+            continue
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            names += [f"{name}[{i}]" for i in range(len(bound.arguments[name]))]
+        elif param.kind is inspect.Parameter.VAR_KEYWORD:
+            names += list(bound.arguments[name])
+        else:
+            names.append(name)
+    return names
+
+
+class _Parser:
+    def __init__(self, where: str):
+        self.where = where
+        self.roots: dict[str, Root] = {}
+        self.dim_objects: dict[str, Any] = {}
+        self.axes: list[Axis] = []
+        self.flat_index: dict[str, int] = {}
+
+    def fail(self, key: str, problem: str, fix: str) -> None:
+        raise UsageError(f"{self.where}: dynamic_shapes{key}: {problem}. {fix}")
+
+    # one root per named Dim; AUTO / DYNAMIC get one root per axis (export may tie them, the audit sees it)
+    def root_for(self, key: str, d: Any, label: str, example: int, is_int: bool) -> tuple[str, int, int]:
+        Dim, Derived, Hint = _dim_classes()
+        if isinstance(d, Hint):
+            kind = _hint_type(d)
+            lo, hi = getattr(d, "min", None), getattr(d, "max", None)
+            bounded = lo is not None or hi is not None
+            while label in self.roots:  # an input path that is also a Dim's name
+                label += "'"
+            root = Root(label, kind, int(lo) if lo is not None else 0, int(hi) if hi is not None else None,
+                        bounded, example, describe_dim(d))
+            self._check_example(key, root, label, example, 1, 0)
+            self.roots[label] = root
+            return label, 1, 0
+        if isinstance(d, Derived):
+            base, a, b = _affine(d)
+        else:
+            base, a, b = d, 1, 0
+        name = str(base.__name__)
+        lo = int(base.min) if base.min is not None else 0
+        hi = _max_of(base)
+        prev = self.roots.get(name)
+        if prev is not None and prev.kind == "dim":
+            if (prev.min, prev.max) != (lo, hi):
+                self.fail(key, f"Dim {name!r} is defined twice with different ranges: {prev.declared} and "
+                               f"{describe_dim(base)}",
+                          "Define each Dim once and reuse the object (or give the second one its own name)")
+        else:
+            if prev is not None:  # an AUTO/DYNAMIC root named by an input path that is also this Dim's name
+                moved = prev.name + "'"
+                while moved in self.roots:
+                    moved += "'"
+                prev.name = moved
+                self.roots[moved] = self.roots.pop(name)
+                for ax in self.axes:
+                    if ax.root == name:
+                        ax.root = moved
+            self.roots[name] = Root(name, "dim", lo, hi, True, None, describe_dim(base))
+        root = self.roots[name]
+        self._check_example(key, root, label, example, a, b)
+        return name, a, b
+
+    def _check_example(self, key: str, root: Root, label: str, example: int, a: int, b: int) -> None:
+        form = root.name if (a, b) == (1, 0) else f"{a}*{root.name} + {b}" if b else f"{a}*{root.name}"
+        if (example - b) % a:
+            self.fail(key, f"the example's {label} is {example}, which is not of the declared form {form}",
+                      "Change the example input or the derived Dim")
+        value = (example - b) // a
+        if root.example is not None and root.example != value and root.kind == "dim":
+            self.fail(key, f"the example's {label} is {example}, so {root.name} = {value}, but another example "
+                           f"input gives {root.name} = {root.example}",
+                      "Make the example inputs agree with the declared relation between their axes")
+        if not root.contains(value):
+            where = f"{root.name} = {value}" if (a, b) != (1, 0) else str(example)
+            self.fail(key, f"the example's {label} is {where}, outside its own declared range {root.range_text()} "
+                           f"of {root.declared}",
+                      "Use an example inside the declared range, or widen the range")
+        root.example = value
+
+    def walk(self, key: str, label: str, value: Any, spec: Any, prefix: tuple) -> None:
+        import torch
+        import torch.utils._pytree as pytree
+
+        Dim, Derived, Hint = _dim_classes()
+        if isinstance(value, torch.Tensor):
+            self.tensor(key, label, value, spec, prefix)
+            return
+        if isinstance(value, int) and not isinstance(value, bool):
+            if spec is None or (isinstance(spec, Hint) and _hint_type(spec) == "static") or isinstance(spec, int):
+                return
+            if not isinstance(spec, (Dim, Hint)):
+                self.fail(key, f"{label} is an int input; its entry must be a Dim, Dim.AUTO/DYNAMIC/STATIC or None, "
+                               f"got {spec!r}", "Write e.g. Dim('n', min=1, max=16) for it")
+            name, a, b = self.root_for(key, spec, label, value, True)
+            self.axes.append(Axis(label, self.flat_index[pytree.keystr(prefix)], None, name, a, b, value,
+                                  describe_dim(spec)))
+            return
+        node = pytree._get_node_type(value)
+        if node in pytree.SUPPORTED_NODES and not pytree._is_leaf(value):
+            entry = pytree.SUPPORTED_NODES[node]
+            if entry.flatten_with_keys_fn is not None:
+                keyed, _ = entry.flatten_with_keys_fn(value)
+            else:
+                children, _ = entry.flatten_fn(value)
+                keyed = [(pytree.SequenceKey(i), c) for i, c in enumerate(children)]
+            if spec is None:
+                specs = [None] * len(keyed)
+            elif isinstance(spec, dict) and isinstance(value, dict):
+                missing = [k for k in spec if k not in value]
+                if missing:
+                    self.fail(f"{key}[{missing[0]!r}]", f"{label} has no key {missing[0]!r} (keys: "
+                                                        f"{', '.join(map(repr, value))})", "Remove or rename the entry")
+                specs = [spec.get(k.key if hasattr(k, "key") else k) for k, _ in keyed]
+            elif isinstance(spec, (list, tuple)):
+                if len(spec) != len(keyed):
+                    self.fail(key, f"{label} has {len(keyed)} entries but its dynamic_shapes entry has {len(spec)}",
+                              "Give one entry per element (None for static ones; dataclasses as a list in "
+                              "field order)")
+                specs = list(spec)
+            else:
+                self.fail(key, f"{label} is a {type(value).__name__}; its entry must be a "
+                               f"{'dict by key' if isinstance(value, dict) else 'list/tuple by position'} or None, "
+                               f"got {spec!r}", "Mirror the input's structure in dynamic_shapes")
+            for (k, child), sub in zip(keyed, specs):
+                self.walk(key + pytree.keystr((k,)), label + pytree.keystr((k,)), child, sub, prefix + (k,))
+            return
+        if spec is not None:
+            self.fail(key, f"{label} is a {type(value).__name__} constant and cannot be dynamic, got {spec!r}",
+                      "Use None for it")
+
+    def tensor(self, key: str, label: str, t: Any, spec: Any, prefix: tuple) -> None:
+        import torch.utils._pytree as pytree
+
+        Dim, Derived, Hint = _dim_classes()
+        if spec is None or (isinstance(spec, Hint) and _hint_type(spec) == "static"):
+            return
+        if isinstance(spec, (Dim, Hint)):
+            self.fail(key, f"{label} is a tensor of rank {t.dim()}; its entry must map axes to Dims, got {spec!r}",
+                      f"Write e.g. {{0: {describe_dim(spec)}}}")
+        if isinstance(spec, dict):
+            items = list(spec.items())
+        elif isinstance(spec, (list, tuple)):
+            if len(spec) != t.dim():
+                self.fail(key, f"{label} has rank {t.dim()} (shape {tuple(t.shape)}) but its entry lists "
+                               f"{len(spec)} axes", "Give one entry per axis (None for static axes) or a dict {axis: Dim}")
+            items = list(enumerate(spec))
+        else:
+            self.fail(key, f"the entry for tensor {label} must be a dict {{axis: Dim}}, a list/tuple per axis or None, "
+                           f"got {type(spec).__name__}", "Write e.g. {0: Dim('batch', max=64)}")
+        for axis, d in items:
+            if isinstance(axis, bool) or not isinstance(axis, int) or not 0 <= axis < t.dim():
+                self.fail(f"{key}[{axis!r}]", f"axis {axis!r} is past the rank of {label}, which has shape "
+                                              f"{tuple(t.shape)} (axes 0..{t.dim() - 1})",
+                          "torch.export would ignore this entry silently: fix the axis index")
+            if d is None or (isinstance(d, Hint) and _hint_type(d) == "static"):
+                continue
+            if isinstance(d, int) and not isinstance(d, bool):
+                if d != t.shape[axis]:
+                    self.fail(f"{key}[{axis}]", f"static size {d} differs from the example's {label}.shape[{axis}] "
+                                                f"= {t.shape[axis]}", "Fix the size or the example")
+                continue
+            if not isinstance(d, (Dim, Hint)):
+                self.fail(f"{key}[{axis}]", f"expected a Dim, Dim.AUTO/DYNAMIC/STATIC or None, got {d!r}",
+                          "Write e.g. Dim('batch', min=2, max=64)")
+            alabel = f"{label}.shape[{axis}]"
+            size = int(t.shape[axis])
+            name, a, b = self.root_for(f"{key}[{axis}]", d, alabel, size, False)
+            self.axes.append(Axis(label, self.flat_index[pytree.keystr(prefix)], axis, name, a, b, size,
+                                  describe_dim(d)))
+
+
+def parse(where: str, dynamic_shapes: Any, module: Any, args: tuple, kwargs: dict) -> Declaration:
+    """The declaration model of a case; UsageError (naming the key and the fix) for a declaration torch would
+    misread or ignore."""
+    import torch.utils._pytree as pytree
+
+    spec, additional = resolve(dynamic_shapes, module, args, kwargs)
+    p = _Parser(where)
+    flat, _ = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))
+    keys = [pytree.keystr(k) for k, _ in flat]
+    p.flat_index = {k: i for i, k in enumerate(keys)}
+    names = input_names(module, args, kwargs)
+    tops: list[tuple[str, Any, tuple]] = [(names[i] if i < len(names) else f"args[{i}]", a,
+                                           (pytree.SequenceKey(0), pytree.SequenceKey(i)))
+                                          for i, a in enumerate(args)]
+    tops += [(k, v, (pytree.SequenceKey(1), pytree.MappingKey(k))) for k, v in kwargs.items()]
+    paths = []
+    for k, _ in flat:
+        top = k[1].idx if k[0].idx == 0 else None
+        head = tops[top][0] if top is not None else k[1].key
+        paths.append(head + pytree.keystr(k[2:]))
+    if spec is not None:
+        if isinstance(spec, dict):
+            valid = [t[0] for t in tops]
+            for key in spec:
+                if key not in valid:
+                    raise UsageError(
+                        f"{where}: dynamic_shapes key {key!r} is not an input of this case (inputs given: "
+                        f"{', '.join(valid) or 'none'}). Use forward's argument names as keys, or a tuple by position"
+                    )
+            pairs = [(t, spec.get(t[0])) for t in tops]
+            keyfmt = "[{!r}]"
+        elif isinstance(spec, (list, tuple)):
+            if len(spec) != len(tops):
+                raise UsageError(
+                    f"{where}: dynamic_shapes has {len(spec)} entries but the case gives {len(tops)} inputs "
+                    f"({', '.join(t[0] for t in tops)}). Give one entry per input, None for static ones"
+                )
+            pairs = list(zip(tops, spec))
+            keyfmt = None
+        else:
+            raise UsageError(f"{where}: dynamic_shapes must be a dict by argument name or a tuple by position, "
+                             f"got {type(spec).__name__}")
+        for i, ((name, value, prefix), sub) in enumerate(pairs):
+            key = keyfmt.format(name) if keyfmt else f"[{i}]"
+            p.walk(key, name, value, sub, prefix)
+    if additional:
+        _additional_ranges(p, additional, keys)
+    return Declaration(p.roots, p.axes, paths, keys, additional)
+
+
+def _additional_ranges(p: _Parser, additional: list, keys: list[str]) -> None:
+    """AdditionalInputs promise every given input works: each varying axis ranges over the sizes seen."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    for ex_args, ex_kwargs in additional:
+        flat, _ = pytree.tree_flatten_with_path((tuple(ex_args), dict(ex_kwargs)))
+        by_key = {pytree.keystr(k): v for k, v in flat}
+        for ax in p.axes:
+            v = by_key.get(keys[ax.flat])
+            size = (int(v.shape[ax.dim]) if isinstance(v, torch.Tensor) and ax.dim is not None and ax.dim < v.dim()
+                    else v if isinstance(v, int) else None)
+            root = p.roots[ax.root]
+            if size is None:
+                continue
+            root.kind, root.bounded = "additional", True
+            root.min = min(root.min if root.declared != "Dim.DYNAMIC" or root.max is not None else size, size,
+                           ax.example)
+            root.max = max(root.max or 0, size, ax.example)
+            root.declared = "AdditionalInputs"
+
+
+# ---- the audit --------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Var:
+    """One variable the fuzzer draws: a symbol export kept, in declared-and-achieved range."""
+
+    symbol: str
+    lo: int
+    hi: int
+    example: int
+    names: list[str]  # declared roots (and axis labels) that take this value
+    unbounded: bool = False
+
+
+@dataclasses.dataclass
+class FuzzModel:
+    vars: list[Var]
+    # per flat input: per axis, (sympy expr or int); for int inputs: key None
+    shapes: dict[int, dict[int | None, Any]]
+    symbols: dict[str, Any]  # symbol name -> sympy symbol
+
+    def sizes(self, values: dict[str, int]) -> dict[int, dict[int | None, int]]:
+        subs = {self.symbols[v.symbol]: values[v.symbol] for v in self.vars}
+        out: dict[int, dict[int | None, int]] = {}
+        for flat, axes in self.shapes.items():
+            out[flat] = {ax: (int(e) if isinstance(e, int) else int(e.xreplace(subs))) for ax, e in axes.items()}
+        return out
+
+    def example_values(self) -> dict[str, int]:
+        return {v.symbol: v.example for v in self.vars}
+
+    def named(self, values: dict[str, int]) -> dict[str, int]:
+        return {n: values[v.symbol] for v in self.vars for n in v.names}
+
+
+@dataclasses.dataclass
+class Audit:
+    rows: list[dict[str, Any]]
+    failures: list[str]
+    warnings: list[str]
+    model: FuzzModel
+
+
+def _placeholder_values(ep: Any) -> dict[str, Any]:
+    """What the program holds for every user input leaf (placeholder ``meta["val"]``, or the constant), by keypath."""
+    import torch.utils._pytree as pytree
+    from torch.export.graph_signature import InputKind
+
+    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    vals = []
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind != InputKind.USER_INPUT:
+            continue
+        name = getattr(spec.arg, "name", None)
+        node = nodes.get(name) if name is not None else None
+        vals.append(node.meta.get("val") if node is not None else getattr(spec.arg, "value", None))
+    tree = pytree.tree_unflatten(vals, ep.call_spec.in_spec)
+    flat, _ = pytree.tree_flatten_with_path(tree)
+    return {pytree.keystr(k): v for k, v in flat}
+
+
+def _expr(v: Any) -> Any:
+    """An int, or the sympy expression of a SymInt."""
+    import torch
+
+    if isinstance(v, torch.SymInt):
+        e = v.node.expr
+        return int(e) if e.is_number else e
+    return int(v)
+
+
+def _range_of(ep: Any, e: Any) -> tuple[int, int | None] | None:
+    vr = ep.range_constraints.get(e)
+    if vr is None:
+        return None
+    from .runner import _bound
+
+    return _bound(vr.lower) or 0, _bound(vr.upper)
+
+
+def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: int = 64) -> Audit:
+    """Declared vs achieved, per declared axis; the failures and warnings it implies; the model to fuzz."""
+    import sympy
+    import torch
+
+    got = _placeholder_values(ep)
+    rows, failures, warnings = [], [], []
+    shapes: dict[int, dict[int | None, Any]] = {}
+    for i, key in enumerate(decl.keys):
+        v = got.get(key)
+        if isinstance(v, torch.Tensor):
+            shapes[i] = {ax: _expr(s) for ax, s in enumerate(v.shape)}
+        elif isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool):
+            shapes[i] = {None: _expr(v)}
+    symbols: dict[str, Any] = {}
+    ranges: dict[str, list] = {}
+    names: dict[str, list[str]] = {}
+    examples: dict[str, int] = {}
+    for ax in decl.axes:
+        root = decl.roots[ax.root]
+        e = shapes.get(ax.flat, {}).get(ax.dim)
+        row = {"input": ax.path, "axis": ax.dim, "declared": ax.declared, "declared_range": [root.min, root.max]}
+        if e is None:
+            row.update(achieved="?", achieved_range=None, status="unknown")
+            rows.append(row)
+            continue
+        if isinstance(e, int):
+            row.update(achieved=e, achieved_range=[e, e], status=SPECIALIZED)
+            rows.append(row)
+            msg = (f"{ax.label} was declared {ax.declared} but export specialized it to {e} "
+                   f"(code such as int(x.shape[...]), an assert on the size or a size-1 example fixes it)")
+            if root.kind == "auto" and allow_static:
+                warnings.append(msg + "; allowed by allow_static=True")
+            elif root.kind == "auto" and not root.bounded:
+                failures.append(msg + "; pass allow_static=True if a static axis is what you want")
+            else:
+                failures.append(msg)
+            continue
+        free = sorted(e.free_symbols, key=str)
+        sym = free[0] if len(free) == 1 else None
+        achieved = _range_of(ep, sym) if sym is not None else None
+        axis_range = _range_of(ep, e)
+        row.update(achieved=str(e), achieved_range=list(achieved) if achieved else
+                   (list(axis_range) if axis_range else None))
+        status = KEPT
+        if achieved is not None:
+            lo, hi = achieved
+            floor = root.min if ax.dim is None else max(root.min, 2)  # sizes 0 and 1 are specialized by design
+            narrowed = lo > floor or (hi is not None and (root.max is None or hi < root.max))
+            if narrowed:
+                status = NARROWED
+                msg = (f"{ax.label} was declared {ax.declared} with range {root.range_text()} but export kept only "
+                       f"[{lo}, {'inf' if hi is None else hi}] (a branch or check on the size narrowed it)")
+                if root.kind == "auto" and not root.bounded:
+                    warnings.append(msg + "; fuzzing samples inside what export kept")
+                else:
+                    failures.append(msg)
+        row["status"] = status
+        rows.append(row)
+        if sym is None:
+            continue
+        symbols[str(sym)] = sym
+        lo, hi = achieved if achieved else (max(root.min, 2), root.max)
+        # inside both the declaration (the promise) and what export kept (a narrowing is reported above)
+        r_lo, r_hi = _root_range_in_symbol(e, sym, root, ax)
+        lo = max(lo, r_lo)
+        hi = r_hi if hi is None else (hi if r_hi is None else min(hi, r_hi))
+        prev = ranges.get(str(sym))
+        if prev:
+            lo, hi = max(lo, prev[0]), (hi if prev[1] is None else prev[1] if hi is None else min(hi, prev[1]))
+        ranges[str(sym)] = [lo, hi]
+        if ax.dim is not None and e == sym:
+            lo = max(lo, 2)  # sizes 0 and 1 are specialized by design; `guards` probes them separately
+            ranges[str(sym)] = [lo, hi]
+        names.setdefault(str(sym), [])
+        for n in (root.name,):
+            if n not in names[str(sym)]:
+                names[str(sym)].append(n)
+        if str(sym) not in examples:
+            examples[str(sym)] = _solve(e, sym, ax.example)
+    out_vars = []
+    for s, (lo, hi) in ranges.items():
+        ex = examples.get(s, lo)
+        unbounded = hi is None
+        if unbounded:
+            hi = max(max_size, lo, ex)
+        if hi < lo:
+            failures.append(f"no size satisfies both the declaration and what export kept for {', '.join(names[s])}")
+            continue
+        out_vars.append(Var(s, lo, hi, ex if ex is not None and lo <= ex <= hi else lo, names[s], unbounded))
+    # tie AUTO axes that export unified: the table says so
+    by_sym: dict[str, list[str]] = {}
+    for row, ax in zip(rows, decl.axes):
+        if row.get("status") in (KEPT, NARROWED) and isinstance(row.get("achieved"), str):
+            by_sym.setdefault(row["achieved"], []).append(ax.label)
+    for row, ax in zip(rows, decl.axes):
+        peers = [lbl for lbl in by_sym.get(str(row.get("achieved")), []) if lbl != ax.label]
+        if peers:
+            row["equal_to"] = peers
+    _ = sympy
+    return Audit(rows, failures, warnings, FuzzModel(out_vars, shapes, symbols))
+
+
+def _root_range_in_symbol(e: Any, sym: Any, root: Root, ax: Axis) -> tuple[int, int | None]:
+    """The declared root range expressed in the exported symbol (usually the symbol is the root)."""
+    import sympy
+
+    coeff = e.coeff(sym) if e.is_Add or e.is_Mul else sympy.Integer(1)
+    const = e.subs(sym, 0)
+    try:
+        ca, cb = int(coeff), int(const)
+    except TypeError:
+        return 0, None
+    if ca <= 0:
+        return 0, None
+    # e = ca*sym + cb  and  e = ax.a*root + ax.b  =>  sym = (ax.a*root + ax.b - cb) / ca
+    def conv(v: int, up: bool) -> int:
+        num = ax.a * v + ax.b - cb
+        return -(-num // ca) if not up else num // ca
+
+    lo = conv(root.min, False)
+    hi = conv(root.max, True) if root.max is not None else None
+    return lo, hi
+
+
+def _solve(e: Any, sym: Any, size: int) -> int | None:
+    import sympy
+
+    if e == sym:
+        return size
+    try:
+        sols = sympy.solve(sympy.Eq(e, size), sym)
+    except Exception:  # noqa: BLE001 - a form sympy cannot invert: the lower bound stands in
+        return None
+    ints = [int(s) for s in sols if getattr(s, "is_integer", False)]
+    return ints[0] if ints else None
+
+
+def table_text(rows: list[dict[str, Any]]) -> str:
+    """Declared vs achieved, one line per declared axis."""
+    def rng(r: Any) -> str:
+        return "-" if not r else f"[{r[0]}, {'inf' if r[1] is None else r[1]}]"
+
+    head = ("axis", "declared", "declared range", "achieved", "achieved range", "status")
+    body = [(f"{r['input']}" + ("" if r["axis"] is None else f".shape[{r['axis']}]"), str(r["declared"]),
+             rng(r["declared_range"]), str(r["achieved"]), rng(r["achieved_range"]),
+             r["status"] + (f" (= {', '.join(r['equal_to'])})" if r.get("equal_to") else "")) for r in rows]
+    widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
+    lines = [" | ".join(c.ljust(w) for c, w in zip(head, widths)).rstrip(), "-+-".join("-" * w for w in widths)]
+    lines += [" | ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in body]
+    return "\n".join(lines)
+
+
+__all__ = ["Root", "Axis", "Declaration", "parse", "audit", "Audit", "FuzzModel", "Var", "table_text",
+           "describe_dim"]

@@ -1,0 +1,154 @@
+"""Stage ``fuzz``: Hypothesis draws sizes inside the declared ranges and compares the program with eager.
+
+Boundaries come first (every variable at its min, at its max, at the example's size; min, max, their
+neighbours, 2 and the example's size stay likely later on). A failure is shrunk by Hypothesis to its smallest
+sizes and reported with the symbol values, every input shape, the error sizes and how to replay it. Settings
+derive from the active Hypothesis profile (``--hypothesis-profile``, ``--hypothesis-seed`` work); there is no
+deadline, no health-check noise, and the example database is keyed per case so a failure replays first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from ..runner import Context, Stage, StageFailure, StageSkip, describe_exception, register_stage
+from ..strategies import BuilderError, assignments, boundary_assignments, build_inputs, shapes_of
+from .probing import ACCEPTED, REFUSED, mismatch, run_eager, run_program
+
+_BLOB = re.compile(r"reproduce_failure\(\s*'[^']*'\s*,\s*b'([^']+)'\s*\)")
+
+
+class FuzzFailure(AssertionError):
+    pass
+
+
+def parse_blob(text: str) -> bytes:
+    """The marker's ``reproduce=``: the blob alone, or the whole ``@reproduce_failure(...)`` line."""
+    m = _BLOB.search(text)
+    return (m.group(1) if m else text.strip().strip("b'\"")).encode()
+
+
+def stage_fuzz(ctx: Context) -> dict[str, Any]:
+    audit = ctx.audit()
+    if audit is None:
+        raise StageSkip(ctx.audit_problem or "no dynamic-shapes model for this case")
+    n = ctx.options.examples
+    if n <= 0:
+        return {"examples": 0, "message": "no examples requested (examples=0)"}
+    import hypothesis
+    from hypothesis import HealthCheck, example, given, settings
+    from hypothesis import strategies as st
+
+    model = audit.model
+    builder = ctx.options.input_builder
+    state: dict[str, Any] = {"runs": 0, "failure": None}
+
+    def one(values: dict[str, int], seed: int) -> None:
+        state["runs"] += 1
+        named = model.named(values)
+        try:
+            args, kwargs = build_inputs(model, values, ctx.case.args, ctx.case.kwargs, seed, builder, named)
+        except BuilderError as exc:
+            raise StageFailure(f"input_builder: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a user builder that raises is named as such
+            if builder is None:
+                raise
+            raise StageFailure(f"input_builder raised for sizes {named}: {describe_exception(exc)}")
+        got = run_program(ctx, ctx.ep, args, kwargs)
+        problem = None
+        if got.status != ACCEPTED:
+            what = "refused" if got.status == REFUSED else "raised on"
+            problem = f"the program {what} in-range sizes: {got.message}"
+        else:
+            want = run_eager(ctx, args, kwargs)
+            if want.status != ACCEPTED:
+                problem = (f"eager raised on in-range sizes (the declared range is wider than the model supports, "
+                           f"or the case needs an input_builder): {want.message}")
+            else:
+                problem = mismatch(ctx, got.observation, want.observation)
+                if problem:
+                    problem = "the exported program disagrees with eager:\n" + problem
+        if problem:
+            state["failure"] = {"sizes": named, "symbols": dict(values), "shapes": shapes_of(args, kwargs, ctx.declaration.paths),
+                                "seed": seed, "error": problem}
+            raise FuzzFailure(problem)
+
+    def search() -> None:
+        test = given(values=assignments(model), seed=st.integers(0, 2**32 - 1))(one)
+        explicit = boundary_assignments(model) if model.vars else []
+        for values in reversed(explicit):  # decorators apply inside out: the first boundary runs first
+            test = example(values=values, seed=0)(test)
+        test = settings(
+            max_examples=max(1, n - len(explicit)),
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            print_blob=True,
+        )(test)
+        if ctx.options.seed is not None:
+            test = hypothesis.seed(ctx.options.seed)(test)
+        if ctx.options.reproduce:
+            test = hypothesis.reproduce_failure(hypothesis.__version__, parse_blob(ctx.options.reproduce))(test)
+        # keyed per case, so that a failure found here replays first on the next run
+        test._hypothesis_internal_database_key = hashlib.sha256(f"pytest-export:{ctx.nodeid}".encode()).digest()
+        test()
+
+    try:
+        _run_outside_hypothesis(search)
+    except FuzzFailure as exc:
+        raise _report(ctx, state, exc)
+    data: dict[str, Any] = {"examples": state["runs"]}
+    data["message"] = f"{state['runs']} examples, sizes {_ranges(model)}"
+    return data
+
+
+def _run_outside_hypothesis(test: Any) -> None:
+    """Build and run the search; from inside a running Hypothesis test (an in-process pytester run, or
+    ``export_check`` called from a ``@given`` test), do it on a thread of its own, where Hypothesis'
+    thread-local test context is empty, so that the fuzz engine is its own search, not a nested ``@given``."""
+    from hypothesis.control import currently_in_test_context
+
+    if not currently_in_test_context():
+        test()
+        return
+    import threading
+
+    outcome: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            test()
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
+            outcome.append(exc)
+
+    thread = threading.Thread(target=target, name="pytest-export-fuzz", daemon=True)
+    thread.start()
+    thread.join()
+    if outcome:
+        raise outcome[0]
+
+
+def _ranges(model: Any) -> str:
+    return ", ".join(f"{'/'.join(v.names)} in [{v.lo}, {v.hi}]" for v in model.vars) or "static"
+
+
+def _report(ctx: Context, state: dict[str, Any], exc: BaseException) -> StageFailure:
+    found = state["failure"] or {"error": str(exc)}
+    notes = "\n".join(getattr(exc, "__notes__", []) or [])
+    m = _BLOB.search(notes)
+    blob = m.group(1) if m else None
+    found = dict(found)
+    found["reproduce"] = blob
+    sizes = ", ".join(f"{k}={v}" for k, v in found.get("sizes", {}).items()) or "the example sizes"
+    shapes = ", ".join(f"{k}: {tuple(v) if isinstance(v, list) else v}" for k, v in found.get("shapes", {}).items())
+    replay = (f'replay: add reproduce="{blob}" to the exportable marker'
+              if blob else "replay: rerun; Hypothesis' example database replays this failure first")
+    msg = (f"fuzzing failed after {state['runs']} examples; smallest failing sizes: {sizes}\n"
+           f"input shapes: {shapes}\n{found.get('error', '')}\n{replay}")
+    return StageFailure(msg, examples=state["runs"], counterexample=found)
+
+
+register_stage(Stage("fuzz", stage_fuzz, needs=("eager", "export", "compare")), after="guards")
+
+__all__ = ["stage_fuzz", "parse_blob"]

@@ -1,0 +1,204 @@
+"""Stage ``guards``: the declared ranges hold both ways, in the exported and the reloaded program.
+
+The audit (declared vs achieved) fails the stage where a promise was narrowed or specialized. Then every
+in-range boundary size must be accepted and computed right; every out-of-range size (max+1, min-1 where torch
+checks the min, a broken derived relation, a wrong size on a static axis) must be refused, or, where accepted,
+match eager. Sizes 0 and 1 below a declared min of 2 or less are let through by torch by design: they are
+probed, and "accepted but wrong" there is a warning. The reloaded programs must refuse and accept the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..runner import Context, Stage, StageFailure, StageSkip, register_stage
+from ..shapes import FuzzModel
+from ..strategies import build_inputs
+from .probing import ACCEPTED, REFUSED, mismatch, run_eager, run_program
+
+PROBE_SEED = 1234
+MAX_RELATION_PROBES = 4
+MAX_STATIC_PROBES = 6
+
+
+@dataclasses.dataclass
+class Probe:
+    description: str
+    values: dict[str, int]
+    override: dict[tuple[int, int | None], int]
+    kind: str  # "in-range" | "max" | "min" | "small" | "relation" | "static" | "additional"
+    inputs: tuple[tuple, dict] | None = None
+
+    @property
+    def in_range(self) -> bool:
+        return self.kind in ("in-range", "additional")
+
+
+def _label(ctx: Context, flat: int, dim: int | None) -> str:
+    path = ctx.declaration.paths[flat]
+    return path if dim is None else f"{path}.shape[{dim}]"
+
+
+def _describe(model: FuzzModel, values: dict[str, int]) -> str:
+    named = model.named(values)
+    return ", ".join(f"{k}={v}" for k, v in named.items()) or "the example sizes"
+
+
+def in_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
+    base = model.example_values()
+    seen: list[dict[str, int]] = []
+    out: list[Probe] = []
+
+    def add(values: dict[str, int]) -> None:
+        if values not in seen:
+            seen.append(values)
+            out.append(Probe(_describe(model, values), values, {}, "in-range"))
+
+    add({v.symbol: v.lo for v in model.vars})
+    add({v.symbol: v.hi for v in model.vars})
+    for v in model.vars:
+        for size in sorted({v.lo, v.lo + 1, v.hi - 1, v.hi}):
+            if v.lo <= size <= v.hi:
+                add({**base, v.symbol: size})
+    for args, kwargs in ctx.declaration.additional:
+        out.append(Probe("an AdditionalInputs example", {}, {}, "additional", (tuple(args), dict(kwargs))))
+    return out
+
+
+def out_of_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
+    base = model.example_values()
+    out: list[Probe] = []
+    axes_of: dict[str, list[tuple[int, int | None, Any]]] = {}
+    for flat, axes in model.shapes.items():
+        for dim, e in axes.items():
+            if not isinstance(e, int):
+                for s in e.free_symbols:
+                    axes_of.setdefault(str(s), []).append((flat, dim, e))
+    for v in model.vars:
+        names = "/".join(v.names)
+        if not v.unbounded:
+            out.append(Probe(f"{names}={v.hi + 1} (max {v.hi} + 1)", {**base, v.symbol: v.hi + 1}, {}, "max"))
+        if v.lo - 1 >= 2:
+            out.append(Probe(f"{names}={v.lo - 1} (min {v.lo} - 1)", {**base, v.symbol: v.lo - 1}, {}, "min"))
+        plain = [(f, d) for f, d, e in axes_of.get(v.symbol, []) if d is not None and e == model.symbols[v.symbol]]
+        if plain and len(plain) == len(axes_of.get(v.symbol, [])):
+            for small in (0, 1):
+                if small < v.lo:
+                    out.append(Probe(f"{names}={small} (below the min; torch lets 0 and 1 through by design)",
+                                     {**base, v.symbol: small}, {}, "small"))
+        related = axes_of.get(v.symbol, [])
+        if len(related) > 1 or any(e != model.symbols[v.symbol] for _, _, e in related):
+            example_sizes = model.sizes(base)
+            for flat, dim, e in related[:MAX_RELATION_PROBES]:
+                size = example_sizes[flat][dim] + 1
+                out.append(Probe(f"{_label(ctx, flat, dim)}={size}, breaking its relation {e} with "
+                                 f"{names}={base[v.symbol]}", base, {(flat, dim): size}, "relation"))
+    static = 0
+    example_sizes = model.sizes(base)
+    for flat, axes in model.shapes.items():
+        for dim, e in axes.items():
+            if dim is not None and isinstance(e, int) and static < MAX_STATIC_PROBES:
+                static += 1
+                out.append(Probe(f"{_label(ctx, flat, dim)}={e + 1} (static axis of size {e})", base,
+                                 {(flat, dim): e + 1}, "static"))
+    _ = example_sizes
+    return out
+
+
+def probe_inputs(ctx: Context, model: FuzzModel, probe: Probe, builder: Any = None) -> tuple[tuple, dict]:
+    if probe.inputs is not None:
+        return probe.inputs
+    if builder is not None and not probe.override:
+        return build_inputs(model, probe.values, ctx.case.args, ctx.case.kwargs, PROBE_SEED, builder)
+    args, kwargs = _with_override(ctx, model, probe)
+    return args, kwargs
+
+
+def _with_override(ctx: Context, model: FuzzModel, probe: Probe) -> tuple[tuple, dict]:
+    import torch
+    import torch.utils._pytree as pytree
+
+    from ..strategies import like
+
+    sizes = model.sizes(probe.values)
+    for (flat, dim), size in probe.override.items():
+        sizes.setdefault(flat, {})[dim] = size
+    gen = torch.Generator().manual_seed(PROBE_SEED)
+    flat_in, spec = pytree.tree_flatten((tuple(ctx.case.args), dict(ctx.case.kwargs)))
+    out = []
+    for i, leaf in enumerate(flat_in):
+        axes = sizes.get(i, {})
+        if isinstance(leaf, torch.Tensor):
+            out.append(like(leaf, tuple(axes.get(d, s) for d, s in enumerate(leaf.shape)), gen))
+        elif None in axes:
+            out.append(axes[None])
+        else:
+            out.append(leaf)
+    a, k = pytree.tree_unflatten(out, spec)
+    return tuple(a), dict(k)
+
+
+def stage_guards(ctx: Context) -> dict[str, Any]:
+    audit = ctx.audit()
+    if audit is None:
+        raise StageSkip(ctx.audit_problem or "no dynamic-shapes model for this case")
+    model = audit.model
+    failures = list(audit.failures)
+    warnings: list[str] = []
+    records: list[dict[str, Any]] = []
+    probes = in_range_probes(ctx, model) + out_of_range_probes(ctx, model)
+    verdicts: list[str] = []
+    for probe in probes:
+        args, kwargs = probe_inputs(ctx, model, probe, ctx.options.input_builder if probe.in_range else None)
+        got = run_program(ctx, ctx.ep, args, kwargs)
+        verdicts.append(got.status)
+        rec = {"probe": probe.description, "kind": probe.kind, "program": got.status}
+        records.append(rec)
+        if probe.in_range:
+            if got.status != ACCEPTED:
+                what = "refused" if got.status == REFUSED else "raised on"
+                failures.append(f"the program {what} in-range sizes {probe.description}: {got.message}")
+                continue
+            want = run_eager(ctx, args, kwargs)
+            if want.status != ACCEPTED:
+                failures.append(f"eager raised on in-range sizes {probe.description} (the declared range is wider "
+                                f"than the model supports, or the case needs an input_builder): {want.message}")
+                continue
+            bad = mismatch(ctx, got.observation, want.observation)
+            if bad:
+                failures.append(f"accepted but wrong at in-range sizes {probe.description}:\n{bad}")
+            continue
+        if got.status != ACCEPTED:
+            continue  # refused (or raised on) an out-of-range input: as promised
+        want = run_eager(ctx, args, kwargs)
+        if want.status != ACCEPTED:
+            problem = (f"accepted out-of-range sizes {probe.description}, which eager rejects "
+                       f"({want.message.splitlines()[0]}): no guard checks this")
+        else:
+            bad = mismatch(ctx, got.observation, want.observation)
+            rec["eager"] = "matches" if not bad else "differs"
+            if not bad:
+                continue  # accepted and right
+            problem = f"accepted but wrong at out-of-range sizes {probe.description}:\n{bad}"
+        rec["finding"] = problem.splitlines()[0]
+        (warnings if probe.kind == "small" else failures).append(problem)
+    for label, ep in ctx.loaded.items():
+        for probe, expected in zip(probes, verdicts):
+            args, kwargs = probe_inputs(ctx, model, probe, ctx.options.input_builder if probe.in_range else None)
+            got = run_program(ctx, ep, args, kwargs)
+            if (got.status == ACCEPTED) != (expected == ACCEPTED):
+                failures.append(f"the reloaded ({label}) program {got.status} sizes {probe.description}, which the "
+                                f"exported program {expected}: save/load changed the guards")
+    ctx.result.warnings.extend(w.splitlines()[0] for w in warnings)
+    data = {"probes": len(probes), "accepted": verdicts.count(ACCEPTED), "refused": len(probes) - verdicts.count(ACCEPTED),
+            "findings": [r for r in records if "finding" in r], "warnings": warnings}
+    if failures:
+        raise StageFailure("\n".join(f"- {f}" for f in failures), **data)
+    data["message"] = f"{len(probes)} probes: {verdicts.count(ACCEPTED)} accepted, {len(probes) - verdicts.count(ACCEPTED)} refused"
+    return data
+
+
+register_stage(Stage("guards", stage_guards, needs=("eager", "export", "compare")), after="decomp")
+
+__all__ = ["stage_guards", "in_range_probes", "out_of_range_probes", "probe_inputs", "Probe"]

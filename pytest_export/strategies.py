@@ -1,0 +1,146 @@
+"""Hypothesis strategies over a declaration, and inputs built like the example ones for drawn sizes.
+
+Sizes come from ``shapes.FuzzModel``: one variable per symbol export kept, boundaries first. Values are drawn
+from a seeded ``torch.Generator`` (the seed is part of the Hypothesis example, so a failure replays exactly):
+floats at the example's scale, integers inside the example's own value range, booleans as booleans.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .shapes import FuzzModel, Var
+
+
+def boundaries(v: Var) -> list[int]:
+    """min, max, their neighbours, 2 and the example's own size, inside the range, ascending."""
+    cand = {v.lo, v.lo + 1, v.hi - 1, v.hi, 2, v.example}
+    return sorted(c for c in cand if v.lo <= c <= v.hi)
+
+
+def size_strategy(v: Var):
+    from hypothesis import strategies as st
+
+    # integers first: a failing boundary draw shrinks through the integer branch towards the threshold
+    return st.one_of(st.integers(v.lo, v.hi), st.sampled_from(boundaries(v)))
+
+
+def assignments(model: FuzzModel):
+    """A dict symbol -> size for every variable (empty when every axis is static)."""
+    from hypothesis import strategies as st
+
+    return st.fixed_dictionaries({v.symbol: size_strategy(v) for v in model.vars})
+
+
+def boundary_assignments(model: FuzzModel) -> list[dict[str, int]]:
+    """The explicit examples run before any random one: all at min, all at max, the example's sizes."""
+    out: list[dict[str, int]] = []
+    for pick in (lambda v: v.lo, lambda v: v.hi, lambda v: v.example):
+        a = {v.symbol: pick(v) for v in model.vars}
+        if a not in out:
+            out.append(a)
+    return out
+
+
+def _value_range(t: Any) -> tuple[float, float] | None:
+    import torch
+
+    if t.numel() == 0:
+        return None
+    x = t.detach()
+    if x.is_floating_point():
+        x = x[torch.isfinite(x)]
+        if x.numel() == 0:
+            return None
+    x = x.to("cpu")
+    return float(x.min()), float(x.max())
+
+
+def like(example: Any, shape: tuple[int, ...], gen: Any) -> Any:
+    """A new tensor like ``example`` (dtype, device, layout, memory format, requires_grad) of ``shape``."""
+    import torch
+
+    dtype = example.dtype
+    rng = _value_range(example)
+    if dtype == torch.bool:
+        if rng is not None and rng[0] == rng[1]:
+            out = torch.full(shape, bool(rng[0]), dtype=torch.bool)
+        else:
+            out = torch.randint(0, 2, shape, generator=gen).bool()
+    elif dtype.is_complex:
+        out = torch.randn(shape, generator=gen, dtype=dtype)
+    elif dtype.is_floating_point:
+        lo, hi = rng if rng is not None else (-1.0, 1.0)
+        u = torch.rand(shape, generator=gen, dtype=torch.float64)
+        out = (u * (hi - lo) + lo).to(dtype)
+    else:
+        lo, hi = (int(rng[0]), int(rng[1])) if rng is not None else (0, 1)
+        out = torch.randint(lo, hi + 1, shape, generator=gen, dtype=torch.int64).to(dtype)
+    out = out.to(example.device)
+    if example.dim() == 4 and example.is_contiguous(memory_format=torch.channels_last) and not example.is_contiguous():
+        out = out.contiguous(memory_format=torch.channels_last)
+    if example.requires_grad and (dtype.is_floating_point or dtype.is_complex):
+        out.requires_grad_(True)
+    return out
+
+
+def build_inputs(model: FuzzModel, values: dict[str, int], args: tuple, kwargs: dict, seed: int,
+                 builder: Callable[..., Any] | None = None, named: dict[str, int] | None = None) -> tuple[tuple, dict]:
+    """Inputs for one assignment: like the example ones, or from the case's own input builder."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    if builder is not None:
+        torch.manual_seed(seed)
+        return normalize_built(builder(dict(named if named is not None else model.named(values)), args, kwargs))
+    sizes = model.sizes(values)
+    gen = torch.Generator().manual_seed(seed)
+    flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    out = []
+    for i, leaf in enumerate(flat):
+        axes = sizes.get(i, {})
+        if isinstance(leaf, torch.Tensor):
+            shape = tuple(axes.get(d, s) for d, s in enumerate(leaf.shape))
+            out.append(like(leaf, shape, gen))
+        elif None in axes:
+            out.append(axes[None])
+        else:
+            out.append(leaf)
+    new_args, new_kwargs = pytree.tree_unflatten(out, spec)
+    return tuple(new_args), dict(new_kwargs)
+
+
+class BuilderError(TypeError):
+    pass
+
+
+def normalize_built(value: Any) -> tuple[tuple, dict]:
+    """An input builder returns ``args`` (a tuple) or ``(args, kwargs)``."""
+    if (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], (tuple, list))
+            and isinstance(value[1], dict)):
+        return tuple(value[0]), dict(value[1])
+    if isinstance(value, (tuple, list)):
+        return tuple(value), {}
+    raise BuilderError(
+        f"input_builder must return the positional inputs as a tuple, or (args, kwargs); got {type(value).__name__}"
+    )
+
+
+def shapes_of(args: tuple, kwargs: dict, paths: list[str]) -> dict[str, Any]:
+    """Every input's shape (tensors) or value (ints) by its display path."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    flat, _ = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    out: dict[str, Any] = {}
+    for i, leaf in enumerate(flat):
+        name = paths[i] if i < len(paths) else f"input {i}"
+        if isinstance(leaf, torch.Tensor):
+            out[name] = list(leaf.shape)
+        elif isinstance(leaf, (int, float, bool)) or leaf is None:
+            out[name] = leaf
+    return out
+
+
+__all__ = ["assignments", "boundary_assignments", "boundaries", "build_inputs", "like", "shapes_of",
+           "normalize_built", "BuilderError"]
