@@ -184,10 +184,12 @@ class ExplicitGenerator(torch.nn.Module):
     xfail={
         "serde": "a torch.Generator made in forward is lost by save/load: the reloaded program draws other numbers",
         "decomp": "a torch.Generator made in forward is lost by run_decompositions(): other numbers are drawn",
+        "guards": "the exported program keeps one torch.Generator across calls: from its second call on it "
+                  "draws other numbers than eager, which seeds a fresh one per call",
     },
 )
 def test_explicit_generator_in_forward():
-    # export and compare pass: the defect is silent until the program is saved or decomposed
+    # export and compare pass: the defect is silent on the first call of the exported program
     return ExplicitGenerator(), (torch.randn(3),)
 
 

@@ -148,6 +148,7 @@ class Context:
         self._modules: dict[int, torch.nn.Module] = {}
         self.declaration = None  # shapes.Declaration, parsed before export
         self.audit_problem: str | None = None
+        self.declaration_error: str | None = None
         self._audit = None
 
     # dynamic shapes ------------------------------------------------------------------------
@@ -250,6 +251,8 @@ def stage_eager(ctx: Context) -> dict[str, Any]:
 
 
 def stage_export(ctx: Context) -> dict[str, Any]:
+    if ctx.declaration_error:
+        raise StageFailure(f"not exported: {ctx.declaration_error}", exception="UsageError")
     module = ctx.case.module
     before = state_snapshot(module)
     args, kwargs = clone_inputs((ctx.case.args, ctx.case.kwargs))
@@ -424,8 +427,7 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pytest-export-")))
         ctx = Context(case, options, nodeid, workdir, session)
         stack.enter_context(quiet_trace_logs())
-        if not _read_declaration(ctx):
-            return ctx.result.finish()
+        _read_declaration(ctx)
         stages = [s for s in STAGE_REGISTRY if s.enabled(ctx)]
         timed_out = None
         try:
@@ -439,8 +441,10 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
         return ctx.result.finish()
 
 
-def _read_declaration(ctx: Context) -> bool:
-    """The dynamic_shapes model, before export: a declaration torch would misread is the case's usage error."""
+def _read_declaration(ctx: Context) -> None:
+    """The dynamic_shapes model, before export. A declaration that does not fit the case (an axis past the
+    rank, a name defined twice, an example outside its own range, a key that is no argument) fails the
+    ``export`` stage with a message that points at the key, without calling torch."""
     from .options import UsageError
     from .shapes import parse
 
@@ -448,11 +452,10 @@ def _read_declaration(ctx: Context) -> bool:
         ctx.declaration = parse(ctx.nodeid, ctx.options.dynamic_shapes, ctx.case.module, ctx.case.args,
                                 ctx.case.kwargs)
     except UsageError as exc:
-        ctx.result.error = str(exc)
-        return False
+        ctx.declaration_error = str(exc)
+        ctx.audit_problem = "dynamic_shapes does not fit the case"
     except Exception as exc:  # noqa: BLE001 - export reports the real problem; guards and fuzz stand aside
         ctx.audit_problem = f"could not model dynamic_shapes: {describe_exception(exc)}"
-    return True
 
 
 def _record_timeout(ctx: Context, stages: list[Stage], current: Stage | None, exc: CaseTimeout) -> None:

@@ -53,6 +53,8 @@ def _value_range(t: Any) -> tuple[float, float] | None:
         if x.numel() == 0:
             return None
     x = x.to("cpu")
+    if x.is_complex():
+        return 0.0, float(x.abs().max())
     return float(x.min()), float(x.max())
 
 
@@ -68,7 +70,8 @@ def like(example: Any, shape: tuple[int, ...], gen: Any) -> Any:
         else:
             out = torch.randint(0, 2, shape, generator=gen).bool()
     elif dtype.is_complex:
-        out = torch.randn(shape, generator=gen, dtype=dtype)
+        scale = rng[1] if rng is not None and rng[1] > 0 else 1.0
+        out = torch.randn(shape, generator=gen, dtype=dtype) * scale
     elif dtype.is_floating_point:
         lo, hi = rng if rng is not None else (-1.0, 1.0)
         u = torch.rand(shape, generator=gen, dtype=torch.float64)
@@ -85,8 +88,13 @@ def like(example: Any, shape: tuple[int, ...], gen: Any) -> Any:
 
 
 def build_inputs(model: FuzzModel, values: dict[str, int], args: tuple, kwargs: dict, seed: int,
-                 builder: Callable[..., Any] | None = None, named: dict[str, int] | None = None) -> tuple[tuple, dict]:
-    """Inputs for one assignment: like the example ones, or from the case's own input builder."""
+                 builder: Callable[..., Any] | None = None, named: dict[str, int] | None = None,
+                 override: dict[tuple[int, int | None], int] | None = None) -> tuple[tuple, dict]:
+    """Inputs for one assignment: like the example ones, or from the case's own input builder.
+
+    A tensor with no dynamic axis (and no ``override``: a probe's deliberately wrong size) keeps the example's
+    values: its shape is fixed, and its values (offsets, masks, lookup tables) keep their meaning.
+    """
     import torch
     import torch.utils._pytree as pytree
 
@@ -94,6 +102,8 @@ def build_inputs(model: FuzzModel, values: dict[str, int], args: tuple, kwargs: 
         torch.manual_seed(seed)
         return normalize_built(builder(dict(named if named is not None else model.named(values)), args, kwargs))
     sizes = model.sizes(values)
+    for (flat_i, dim), size in (override or {}).items():
+        sizes.setdefault(flat_i, {})[dim] = size
     gen = torch.Generator().manual_seed(seed)
     flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
     out = []
@@ -101,7 +111,11 @@ def build_inputs(model: FuzzModel, values: dict[str, int], args: tuple, kwargs: 
         axes = sizes.get(i, {})
         if isinstance(leaf, torch.Tensor):
             shape = tuple(axes.get(d, s) for d, s in enumerate(leaf.shape))
-            out.append(like(leaf, shape, gen))
+            fixed = not any(not isinstance(e, int) for e in model.shapes.get(i, {}).values())
+            if fixed and shape == tuple(leaf.shape):
+                out.append(leaf.detach().clone().requires_grad_(leaf.requires_grad))
+            else:
+                out.append(like(leaf, shape, gen))
         elif None in axes:
             out.append(axes[None])
         else:

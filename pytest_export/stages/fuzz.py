@@ -34,6 +34,8 @@ def stage_fuzz(ctx: Context) -> dict[str, Any]:
     audit = ctx.audit()
     if audit is None:
         raise StageSkip(ctx.audit_problem or "no dynamic-shapes model for this case")
+    if not audit.model.vars:
+        raise StageSkip("no dynamic dims kept: no sizes to draw (compare checked the example)")
     n = ctx.options.examples
     if n <= 0:
         return {"examples": 0, "message": "no examples requested (examples=0)"}

@@ -111,32 +111,7 @@ def probe_inputs(ctx: Context, model: FuzzModel, probe: Probe, builder: Any = No
         return probe.inputs
     if builder is not None and not probe.override:
         return build_inputs(model, probe.values, ctx.case.args, ctx.case.kwargs, PROBE_SEED, builder)
-    args, kwargs = _with_override(ctx, model, probe)
-    return args, kwargs
-
-
-def _with_override(ctx: Context, model: FuzzModel, probe: Probe) -> tuple[tuple, dict]:
-    import torch
-    import torch.utils._pytree as pytree
-
-    from ..strategies import like
-
-    sizes = model.sizes(probe.values)
-    for (flat, dim), size in probe.override.items():
-        sizes.setdefault(flat, {})[dim] = size
-    gen = torch.Generator().manual_seed(PROBE_SEED)
-    flat_in, spec = pytree.tree_flatten((tuple(ctx.case.args), dict(ctx.case.kwargs)))
-    out = []
-    for i, leaf in enumerate(flat_in):
-        axes = sizes.get(i, {})
-        if isinstance(leaf, torch.Tensor):
-            out.append(like(leaf, tuple(axes.get(d, s) for d, s in enumerate(leaf.shape)), gen))
-        elif None in axes:
-            out.append(axes[None])
-        else:
-            out.append(leaf)
-    a, k = pytree.tree_unflatten(out, spec)
-    return tuple(a), dict(k)
+    return build_inputs(model, probe.values, ctx.case.args, ctx.case.kwargs, PROBE_SEED, override=probe.override)
 
 
 def stage_guards(ctx: Context) -> dict[str, Any]:
