@@ -4,8 +4,8 @@ Importing this package does not import torch.
 """
 
 from .api import check
-from .options import STAGES, UsageError
+from .options import STAGES, ExportWarning, UsageError
 from .results import CaseResult, ExportCheckFailure, StageResult
 
 __version__ = "0.1.0"
-__all__ = ["check", "CaseResult", "StageResult", "ExportCheckFailure", "UsageError", "STAGES", "__version__"]
+__all__ = ["check", "CaseResult", "StageResult", "ExportCheckFailure", "UsageError", "ExportWarning", "STAGES", "__version__"]

@@ -14,6 +14,13 @@ STAGES = ("export", "compare", "serde", "decomp", "guards", "fuzz")
 """Stage names in run order. They are public: reports, baselines and ``xfail`` use them."""
 
 
+class ExportWarning(UserWarning):
+    """A finding that does not fail the case (a bare ``Dim.AUTO`` narrowed, sizes 0/1 accepted but wrong).
+
+    Shown in pytest's warnings summary; ``-W error::pytest_export.ExportWarning`` makes them fail.
+    """
+
+
 class UsageError(Exception):
     """A case or its marker is misused: the message names the test, the key and the fix."""
 

@@ -116,11 +116,21 @@ def _run_marked(item: pytest.Function, value: Any) -> None:
         return
     result = es.run(item.nodeid, case, marker.kwargs, Path(item.funcargs["tmp_path"]))
     _record(item, result)
+    _warn(result)
     if result.failed:
         pytest.fail(result.failure_text(), pytrace=False)
     if result.outcome == XFAILED:
         pytest.xfail("; ".join(f"{s.name}: {s.message.splitlines()[0]}" for s in result.stages.values()
                                if s.status == XFAILED))
+
+
+def _warn(result: CaseResult) -> None:
+    import warnings
+
+    from .options import ExportWarning
+
+    for w in result.warnings:
+        warnings.warn(ExportWarning(f"{result.nodeid}: {w}"), stacklevel=2)
 
 
 def _record(item: pytest.Item, result: CaseResult) -> None:
@@ -166,6 +176,7 @@ def export_check(request: pytest.FixtureRequest, tmp_path: Path):
         nodeid = where if len(calls) == 1 else f"{where}#{len(calls)}"
         result = es.run(nodeid, case, keywords, tmp_path / f"export_check_{len(calls)}")
         _record(request.node, result)
+        _warn(result)
         if raise_on_failure and result.failed:
             pytest.fail(result.failure_text(), pytrace=False)
         return result

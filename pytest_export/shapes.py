@@ -252,7 +252,7 @@ class _Parser:
                                   describe_dim(spec)))
             return
         node = pytree._get_node_type(value)
-        if node in pytree.SUPPORTED_NODES and not pytree._is_leaf(value):
+        if node in pytree.SUPPORTED_NODES and not pytree.tree_is_leaf(value):
             entry = pytree.SUPPORTED_NODES[node]
             if entry.flatten_with_keys_fn is not None:
                 keyed, _ = entry.flatten_with_keys_fn(value)

@@ -40,7 +40,7 @@ def stage_fuzz(ctx: Context) -> dict[str, Any]:
     if n <= 0:
         return {"examples": 0, "message": "no examples requested (examples=0)"}
     import hypothesis
-    from hypothesis import HealthCheck, example, given, settings
+    from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
     model = audit.model
@@ -77,13 +77,21 @@ def stage_fuzz(ctx: Context) -> dict[str, Any]:
                                 "seed": seed, "error": problem}
             raise FuzzFailure(problem)
 
+    # Boundaries first, run here and not as @example: Hypothesis does not shrink a failing explicit example,
+    # and the search below finds and shrinks the same failure to its threshold.
+    boundary_failure: tuple[dict[str, Any], FuzzFailure] | None = None
+    if not ctx.options.reproduce:
+        for values in boundary_assignments(model):
+            try:
+                one(values, 0)
+            except FuzzFailure as exc:
+                boundary_failure = (state["failure"], exc)
+                break
+
     def search() -> None:
         test = given(values=assignments(model), seed=st.integers(0, 2**32 - 1))(one)
-        explicit = boundary_assignments(model) if model.vars else []
-        for values in reversed(explicit):  # decorators apply inside out: the first boundary runs first
-            test = example(values=values, seed=0)(test)
         test = settings(
-            max_examples=max(1, n - len(explicit)),
+            max_examples=max(1, n - state["runs"]),
             deadline=None,
             suppress_health_check=list(HealthCheck),
             print_blob=True,
@@ -93,13 +101,19 @@ def stage_fuzz(ctx: Context) -> dict[str, Any]:
         if ctx.options.reproduce:
             test = hypothesis.reproduce_failure(hypothesis.__version__, parse_blob(ctx.options.reproduce))(test)
         # keyed per case, so that a failure found here replays first on the next run
-        test._hypothesis_internal_database_key = hashlib.sha256(f"pytest-export:{ctx.nodeid}".encode()).digest()
+        module = type(ctx.case.module)
+        key = f"pytest-export:{ctx.nodeid}:{module.__module__}.{module.__qualname__}"
+        test._hypothesis_internal_database_key = hashlib.sha256(key.encode()).digest()
         test()
 
     try:
         _run_outside_hypothesis(search)
     except FuzzFailure as exc:
         raise _report(ctx, state, exc)
+    if boundary_failure is not None:
+        # the search found nothing smaller: report the boundary itself (it fails on every run)
+        state["failure"] = boundary_failure[0]
+        raise _report(ctx, state, boundary_failure[1], boundary=True)
     data: dict[str, Any] = {"examples": state["runs"]}
     data["message"] = f"{state['runs']} examples, sizes {_ranges(model)}"
     return data
@@ -135,7 +149,7 @@ def _ranges(model: Any) -> str:
     return ", ".join(f"{'/'.join(v.names)} in [{v.lo}, {v.hi}]" for v in model.vars) or "static"
 
 
-def _report(ctx: Context, state: dict[str, Any], exc: BaseException) -> StageFailure:
+def _report(ctx: Context, state: dict[str, Any], exc: BaseException, boundary: bool = False) -> StageFailure:
     found = state["failure"] or {"error": str(exc)}
     notes = "\n".join(getattr(exc, "__notes__", []) or [])
     m = _BLOB.search(notes)
@@ -144,8 +158,12 @@ def _report(ctx: Context, state: dict[str, Any], exc: BaseException) -> StageFai
     found["reproduce"] = blob
     sizes = ", ".join(f"{k}={v}" for k, v in found.get("sizes", {}).items()) or "the example sizes"
     shapes = ", ".join(f"{k}: {tuple(v) if isinstance(v, list) else v}" for k, v in found.get("shapes", {}).items())
-    replay = (f'replay: add reproduce="{blob}" to the exportable marker'
-              if blob else "replay: rerun; Hypothesis' example database replays this failure first")
+    if boundary:
+        replay = "replay: these are boundary sizes, which run first on every run"
+    elif blob:
+        replay = f'replay: add reproduce="{blob}" to the exportable marker'
+    else:
+        replay = "replay: rerun; Hypothesis' example database replays this failure first"
     msg = (f"fuzzing failed after {state['runs']} examples; smallest failing sizes: {sizes}\n"
            f"input shapes: {shapes}\n{found.get('error', '')}\n{replay}")
     return StageFailure(msg, examples=state["runs"], counterexample=found)
