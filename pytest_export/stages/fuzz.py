@@ -41,14 +41,14 @@ def stage_fuzz(ctx: Context) -> dict[str, Any]:
         return {"examples": 0, "message": "no examples requested (examples=0)"}
     import hypothesis
     from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
 
     model = audit.model
     builder = ctx.options.input_builder
     state: dict[str, Any] = {"runs": 0, "failure": None}
 
-    def one(values: dict[str, int], seed: int) -> None:
+    def one(values: dict[str, int]) -> None:
         state["runs"] += 1
+        seed = value_seed(values)
         named = model.named(values)
         try:
             args, kwargs = build_inputs(model, values, ctx.case.args, ctx.case.kwargs, seed, builder, named)
@@ -83,15 +83,16 @@ def stage_fuzz(ctx: Context) -> dict[str, Any]:
     if not ctx.options.reproduce:
         for values in boundary_assignments(model):
             try:
-                one(values, 0)
+                one(values)
             except FuzzFailure as exc:
                 boundary_failure = (state["failure"], exc)
                 break
 
     def search() -> None:
-        test = given(values=assignments(model), seed=st.integers(0, 2**32 - 1))(one)
+        test = given(values=assignments(model))(one)
         test = settings(
-            max_examples=max(1, n - state["runs"]),
+            # a failing boundary gets the whole budget: the search must find it again to shrink it
+            max_examples=n if boundary_failure else n - state["runs"],
             deadline=None,
             suppress_health_check=list(HealthCheck),
             print_blob=True,
@@ -107,7 +108,8 @@ def stage_fuzz(ctx: Context) -> dict[str, Any]:
         test()
 
     try:
-        _run_outside_hypothesis(search)
+        if boundary_failure or state["runs"] < n or ctx.options.reproduce:
+            _run_outside_hypothesis(search)
     except FuzzFailure as exc:
         raise _report(ctx, state, exc)
     if boundary_failure is not None:
@@ -117,6 +119,13 @@ def stage_fuzz(ctx: Context) -> dict[str, Any]:
     data: dict[str, Any] = {"examples": state["runs"]}
     data["message"] = f"{state['runs']} examples, sizes {_ranges(model)}"
     return data
+
+
+def value_seed(values: dict[str, int]) -> int:
+    """The seed of the tensor values for one size assignment: a function of the sizes alone, so Hypothesis
+    searches and shrinks sizes only and a failure replays with the same values."""
+    digest = hashlib.sha256(repr(sorted(values.items())).encode()).digest()
+    return int.from_bytes(digest[:4], "little")
 
 
 def _run_outside_hypothesis(test: Any) -> None:
