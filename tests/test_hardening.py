@@ -68,6 +68,66 @@ def test_bad_markers_fail_their_own_item_and_the_session_goes_on(pytester, marks
     assert cases["test_good"]["outcome"] == "passed"
 
 
+class _TwoInputs(torch.nn.Module):
+    def forward(self, x, y):
+        return x.sum(0) + y.sum(0)
+
+
+def _dims():
+    bounds = st.tuples(st.integers(-2, 12), st.integers(-2, 12) | st.none())
+    named = st.builds(lambda name, b: (name, b), st.sampled_from(["a", "b"]), bounds)
+    return st.one_of(
+        st.none(), st.just("STATIC"), st.just("AUTO"), st.just("DYNAMIC"), named,
+        st.integers(-3, 9), st.text(max_size=3),
+    )
+
+
+def _to_dim(spec):
+    from torch.export import Dim
+
+    if spec in ("STATIC", "AUTO", "DYNAMIC"):
+        return getattr(Dim, spec)
+    if isinstance(spec, tuple):
+        name, (lo, hi) = spec
+        try:
+            return Dim(name, min=lo, max=hi)
+        except Exception:  # noqa: BLE001 - torch rejects the Dim itself: the user sees torch's error
+            return None
+    return spec
+
+
+_shape_specs = st.dictionaries(st.integers(-3, 4), _dims(), max_size=3) | st.lists(_dims(), max_size=4) | _dims()
+_declarations = st.dictionaries(st.sampled_from(["x", "y", "z"]), _shape_specs, max_size=3) | st.lists(_shape_specs, max_size=3)
+
+
+def _materialize(value):
+    if isinstance(value, dict):
+        return {k: _materialize(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_materialize(v) for v in value]
+    return _to_dim(value)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_declarations)
+def test_malformed_dynamic_shapes_end_in_a_clear_message_on_the_case(declaration):
+    ds = _materialize(declaration)
+    try:
+        res = pytest_export.check(_TwoInputs(), (torch.randn(4, 3), torch.randn(4, 3)), name="case.py::test_x",
+                                  dynamic_shapes=ds, examples=3)
+    except pytest_export.UsageError as exc:  # the marker's own validation (a dynamic_shapes of the wrong type)
+        assert str(exc).startswith("case.py::test_x: "), exc
+        return
+    export = res.stages["export"]
+    if export.status == "failed":
+        assert export.message.strip(), res.failure_text()
+        if export.message.startswith("not exported: "):
+            assert "case.py::test_x: dynamic_shapes" in export.message
+    assert res.outcome in ("passed", "failed"), res.failure_text()
+    assert not res.error, res.error
+    assert "error" not in {s.status for s in res.stages.values()}, res.failure_text()  # no harness crash
+
+
 # ---- factories, eager, hangs ----------------------------------------------------------------
 
 def test_raising_factory_and_eager_are_not_export_failures(pytester):
