@@ -290,3 +290,64 @@ def test_refined_suggested_fixes_make_the_export_pass(export_check):
     result = export_check(SizeBranch(), (torch.randn(6),), dynamic_shapes=refined,
                           tags=["dynamic", "suggested-fixes", "api"])
     assert list(result.stages["export"].data["range_constraints"].values()) == [[5, 64]]
+
+
+# ---- what one example cannot show: the guards and fuzz stages' findings ----------------------------------
+
+class PairsOfFour(torch.nn.Module):
+    def forward(self, x):
+        return x.reshape(-1, 4).sum(1)
+
+
+@pytest.mark.exportable(
+    dynamic_shapes={"x": {0: Dim.DYNAMIC(min=4, max=32)}},
+    tags=["dynamic", "guards", "silent", "reshape"],
+    xfail={"guards": "reshape(-1, 4) of an (n, 2) input adds the guard 2*n % 4 == 0 and narrows the range to "
+                     "[4, 32] without an error: odd sizes inside the declared range are refused",
+           "fuzz": "the same guard refuses odd in-range sizes; fuzzing shrinks it to n=5"},
+)
+def test_reshape_guard_refuses_sizes_inside_the_declared_range():
+    return PairsOfFour(), (torch.randn(8, 2),)
+
+
+@torch.library.custom_op("pytest_export_corpus::keep_ten_rows", mutates_args=())
+def keep_ten_rows(x: torch.Tensor) -> torch.Tensor:
+    return x[:10].clone()
+
+
+@keep_ten_rows.register_fake
+def _(x):
+    return torch.empty_like(x)  # wrong above 10 rows: the real kernel keeps at most 10
+
+
+class MeanOfKeptRows(torch.nn.Module):
+    def forward(self, x):
+        y = keep_ten_rows(x)
+        return y.sum(0) / y.shape[0]
+
+
+@pytest.mark.exportable(
+    dynamic_shapes={"x": {0: Dim("rows", min=2, max=64)}},
+    tags=["dynamic", "fuzz", "silent", "custom-op"],
+    xfail={"guards": "a fake kernel that is wrong above 10 rows exports and compares fine at the example size; "
+                     "the program divides by the fake row count at the max",
+           "fuzz": "the same wrong fake kernel; fuzzing shrinks the failure to rows=11"},
+)
+def test_custom_op_with_a_fake_kernel_wrong_above_a_threshold():
+    torch.manual_seed(0)
+    return MeanOfKeptRows(), (torch.randn(4, 3),)
+
+
+class TrainModeNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.bn(x)
+
+
+@pytest.mark.exportable(dynamic_shapes={"x": {0: Dim("b", min=2, max=16)}}, tags=["dynamic", "guards", "size-one"])
+def test_size_one_below_the_min_is_let_through_where_eager_rejects_it():
+    # passes with an ExportWarning: b=1 is accepted by the program, which eager's train-mode BatchNorm refuses
+    return TrainModeNorm(), (torch.randn(4, 4),)
