@@ -1,4 +1,4 @@
-"""The report is the same with and without xdist."""
+"""The report is the same with and without xdist, and survives a worker that dies."""
 
 from __future__ import annotations
 
@@ -42,11 +42,58 @@ def _normalized(data):
 
 
 @pytest.mark.slow
-def test_report_identical_with_and_without_xdist(pytester):
+def test_report_identical_with_n0_n2_and_without_xdist(pytester):
     write_cases(pytester, CASES)
-    r0, d0 = run_check(pytester, "-p", "no:xdist", report="r0.json", subprocess=True)
-    r2, d2 = run_check(pytester, "-n", "2", report="r2.json", subprocess=True)
-    r0.assert_outcomes(passed=1, failed=1, xfailed=1)
-    r2.assert_outcomes(passed=1, failed=1, xfailed=1)
-    assert _normalized(d0) == _normalized(d2)
-    assert len(d2["cases"]) == 3
+    runs = {
+        "no-xdist": run_check(pytester, "-p", "no:xdist", report="r_off.json"),
+        "n0": run_check(pytester, "-n", "0", report="r0.json"),
+        "n2": run_check(pytester, "-n", "2", report="r2.json", subprocess=True),
+    }
+    for name, (result, data) in runs.items():
+        result.assert_outcomes(passed=1, failed=1, xfailed=1)
+        assert data is not None, name
+        assert len(data["cases"]) == 3
+    reference = _normalized(runs["no-xdist"][1])
+    for name in ("n0", "n2"):
+        assert _normalized(runs[name][1]) == reference, name
+    # session data (torch version, Core ATen op count) reached the controller from the workers
+    d2 = runs["n2"][1]
+    assert d2["torch"] == runs["no-xdist"][1]["torch"] and d2["torch"]
+    assert d2["coverage"]["core_ops_total"] > 100
+    assert d2["coverage"]["core_ops_reached"]
+    lin = [c for c in d2["cases"] if c["nodeid"].endswith("test_lin")][0]
+    assert lin["stages"]["export"]["range_constraints"] and lin["stages"]["decomp"]["ops_after"]
+
+
+CRASH = '''
+import os
+
+class Dies(torch.nn.Module):
+    def forward(self, x):
+        os._exit(3)   # the worker process dies in the middle of the case
+
+class Fine(torch.nn.Module):
+    def forward(self, x):
+        return x + 1
+
+@pytest.mark.exportable(tags=["crash"])
+def test_dies():
+    return Dies(), (torch.ones(2),)
+
+@pytest.mark.exportable
+def test_fine():
+    return Fine(), (torch.ones(2),)
+'''
+
+
+@pytest.mark.slow
+def test_killed_worker_case_is_an_error_and_the_report_is_still_written(pytester):
+    write_cases(pytester, CRASH)
+    result, data = run_check(pytester, "-n", "2", report="r.json", subprocess=True)
+    assert result.ret == 1
+    assert data is not None, result.stdout.str()
+    by = {c["nodeid"].split("::")[-1]: c for c in data["cases"]}
+    assert by["test_fine"]["outcome"] == "passed"
+    assert by["test_dies"]["outcome"] == "error"
+    assert "crashed" in by["test_dies"]["error"] and by["test_dies"]["tags"] == ["crash"]
+    assert data["torch"]  # the surviving worker (or the controller) still knows the torch version
