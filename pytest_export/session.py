@@ -266,10 +266,14 @@ class ExportSession:
         stale = [f"{c['nodeid']} [{', '.join(sorted(c['baseline']['stale']))}]: passes now"
                  for c in cases if c.get("baseline", {}).get("stale")]
         stale += bl.session_stale(base, cases, scope)
-        new = [f"{c['nodeid']}: " + "; ".join(
-            [f"new failure in {', '.join(sorted(c['baseline'].get('new', {})))}"] * bool(c["baseline"].get("new"))
-            + [f"new non-core op {', '.join(c['baseline']['new_non_core'])}"] * bool(c["baseline"].get("new_non_core")))
-            for c in cases if c.get("baseline", {}).get("new") or c.get("baseline", {}).get("new_non_core")]
+        new = []
+        for c in cases:
+            verdict = c.get("baseline", {})
+            parts = [f"new failure in {', '.join(sorted(verdict['new']))}"] if verdict.get("new") else []
+            if verdict.get("new_non_core"):
+                parts.append(f"new non-core op {', '.join(verdict['new_non_core'])}")
+            if parts:
+                new.append(f"{c['nodeid']}: " + "; ".join(parts))
         self.baseline_messages += [f"new: {m}" for m in new]
         verb = "stale (warning)" if self.options.baseline_warn_stale else "stale: remove it"
         self.baseline_messages += [f"{verb}: {m}" for m in stale]
