@@ -256,15 +256,25 @@ def stage_export(ctx: Context) -> dict[str, Any]:
     module = ctx.case.module
     before = state_snapshot(module)
     args, kwargs = clone_inputs((ctx.case.args, ctx.case.kwargs))
+    dynamic_shapes = ctx.options.dynamic_shapes
     try:
-        dynamic_shapes = ctx.options.dynamic_shapes
         if isinstance(dynamic_shapes, torch.export.ShapesCollection):
             # keyed by the identity of the example tensors: resolve it on the case's own inputs, not the clones
             dynamic_shapes = dynamic_shapes.dynamic_shapes(module, ctx.case.args, ctx.case.kwargs)
         with quiet_trace_logs():
             ctx.ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=ctx.options.strict)
     except Exception as exc:
-        raise StageFailure(describe_exception(exc) + export_hint(exc), exception=type(exc).__name__)
+        data: dict[str, Any] = {"exception": type(exc).__name__}
+        text = describe_exception(exc) + export_hint(exc)
+        if ctx.options.diagnose:
+            from .diagnose import diagnose, diagnosis_text
+
+            a, k = clone_inputs((ctx.case.args, ctx.case.kwargs))
+            with quiet_trace_logs():
+                data["diagnosis"] = diagnose(exc, module, a, k, dynamic_shapes, ctx.options.strict,
+                                             ctx.workdir / "draft_export")
+            text += "\n\n" + diagnosis_text(data["diagnosis"])
+        raise StageFailure(text.rstrip(), **data)
     changed = state_changes(module, before)
     data = {
         "nodes": sum(1 for _ in ctx.ep.graph.nodes),
