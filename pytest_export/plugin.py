@@ -157,18 +157,21 @@ def _record(item: pytest.Item, result: CaseResult) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    results = item.stash.get(RESULTS_KEY, None)
+    if results and call.when == "call":
+        # on the item, like record_property: the call and teardown reports copy them (JUnit XML reads teardown's)
+        for i, r in enumerate(results):
+            prefix = "export" if i == 0 else f"export#{i + 1}"
+            for name, stage in r.stages.items():
+                item.user_properties.append((f"{prefix}.{name}", stage.status))
+            item.user_properties.append((f"{prefix}.outcome", r.outcome))
     report = yield
     if call.when == "setup" and item.get_closest_marker(MARKER) is not None and _session(item.config).options.check:
         # sent ahead of the call, so the controller can report the case if its worker dies running it
         tags = item.get_closest_marker(MARKER).kwargs.get("tags") or []
         report.export_case = {"tags": [tags] if isinstance(tags, str) else [t for t in tags if isinstance(t, str)]}
-    results = item.stash.get(RESULTS_KEY, None)
     if results and call.when == "call":
         report.export_results = [r.to_json() for r in results]
-        for r in results:
-            for name, stage in r.stages.items():
-                report.user_properties.append((f"export.{name}", stage.status))
-            report.user_properties.append(("export.outcome", r.outcome))
     return report
 
 
