@@ -221,6 +221,7 @@ class ExportSession:
                     data["op_facts"] = {**value, **data.get("op_facts", {})}
                 elif not data.get(key):
                     data[key] = value
+            self.session_data = dict(data)  # computed once
         return data
 
     @pytest.hookimpl(trylast=True)
