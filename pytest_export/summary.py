@@ -106,7 +106,7 @@ def op_table(cases: list[dict[str, Any]], op_facts: dict[str, dict[str, bool]]) 
     """One row per op any case used: core or not, decomposed by the default table or not, and which cases
     use it before and after decomposition."""
     rows: dict[str, dict[str, Any]] = {}
-    for case in cases:
+    for case in sorted(cases, key=lambda c: c["nodeid"]):  # arrival order differs under xdist
         decomp = case.get("stages", {}).get("decomp") or {}
         non_core = set(decomp.get("non_core") or [])
         for key, col in (("ops_before", "cases_before"), ("ops_after", "cases_after")):

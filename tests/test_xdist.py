@@ -47,7 +47,7 @@ def test_report_identical_with_n0_n2_and_without_xdist(pytester):
     runs = {
         "no-xdist": run_check(pytester, "-p", "no:xdist", report="r_off.json"),
         "n0": run_check(pytester, "-n", "0", report="r0.json"),
-        "n2": run_check(pytester, "-n", "2", report="r2.json", subprocess=True),
+        "n2": run_check(pytester, "-n", "2", "--junitxml", "j2.xml", report="r2.json", subprocess=True),
     }
     for name, (result, data) in runs.items():
         result.assert_outcomes(passed=1, failed=1, xfailed=1)
@@ -61,6 +61,13 @@ def test_report_identical_with_n0_n2_and_without_xdist(pytester):
     assert d2["torch"] == runs["no-xdist"][1]["torch"] and d2["torch"]
     assert d2["coverage"]["core_ops_total"] > 100
     assert d2["coverage"]["core_ops_reached"]
+    # JUnit XML written by the controller carries the workers' stage properties
+    import xml.etree.ElementTree as ET
+
+    props = {tc.get("name"): {p.get("name"): p.get("value") for p in tc.iter("property")}
+             for tc in ET.parse(pytester.path / "j2.xml").getroot().iter("testcase")}
+    assert props["test_shortcut"]["export.compare"] == "failed"
+    assert props["test_shortcut_xfail"]["export.compare"] == "xfailed"
     lin = [c for c in d2["cases"] if c["nodeid"].endswith("test_lin")][0]
     assert lin["stages"]["export"]["range_constraints"] and lin["stages"]["decomp"]["ops_after"]
 
