@@ -45,9 +45,10 @@ def _normalized(data):
 def test_report_identical_with_n0_n2_and_without_xdist(pytester):
     write_cases(pytester, CASES)
     runs = {
-        "no-xdist": run_check(pytester, "-p", "no:xdist", report="r_off.json"),
-        "n0": run_check(pytester, "-n", "0", report="r0.json"),
-        "n2": run_check(pytester, "-n", "2", "--junitxml", "j2.xml", report="r2.json", subprocess=True),
+        "no-xdist": run_check(pytester, "-p", "no:xdist", "--export-coverage", "c_off.json", report="r_off.json"),
+        "n0": run_check(pytester, "-n", "0", "--export-coverage", "c0.json", report="r0.json"),
+        "n2": run_check(pytester, "-n", "2", "--junitxml", "j2.xml", "--export-coverage", "c2.json",
+                        report="r2.json", subprocess=True),
     }
     for name, (result, data) in runs.items():
         result.assert_outcomes(passed=1, failed=1, xfailed=1)
@@ -56,6 +57,9 @@ def test_report_identical_with_n0_n2_and_without_xdist(pytester):
     reference = _normalized(runs["no-xdist"][1])
     for name in ("n0", "n2"):
         assert _normalized(runs[name][1]) == reference, name
+    coverage = [(pytester.path / f"c{n}.json").read_text() for n in ("_off", "0", "2")]
+    assert coverage[0] == coverage[1] == coverage[2]
+    assert (pytester.path / "c2.md").read_text() == (pytester.path / "c_off.md").read_text()
     # session data (torch version, Core ATen op count) reached the controller from the workers
     d2 = runs["n2"][1]
     assert d2["torch"] == runs["no-xdist"][1]["torch"] and d2["torch"]
