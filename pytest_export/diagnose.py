@@ -28,10 +28,28 @@ def _quiet(name: str):
         logger.setLevel(level)
 
 
-def _loc(stack: Any) -> str:
-    if isinstance(stack, list) and stack and isinstance(stack[-1], dict):
-        return str(stack[-1].get("loc") or "")
-    return ""
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+# the call path from the runner into draft_export: frames after the last of these are the user's
+_OWN_FRAMES = {"draft_findings", "diagnose", "stage_export", "_run_stage", "run_case"}
+
+
+def _loc(stack: Any, filenames: Any) -> str:
+    """The innermost user frame's source line; where the stack ends in this package (a guard added while
+    solving constraints, not by a line of the model), there is none."""
+    if not isinstance(stack, list):
+        return ""
+    frames = [f for f in stack if isinstance(f, dict)]
+
+    def own(frame: dict) -> bool:
+        name = filenames.get(frame.get("filename"), "") if isinstance(filenames, dict) else ""
+        mine = isinstance(name, str) and bool(name) and os.path.abspath(name).startswith(_OWN_DIR + os.sep)
+        return mine or frame.get("name") in _OWN_FRAMES
+
+    last_own = max((i for i, f in enumerate(frames) if own(f)), default=-1)
+    user = frames[last_own + 1:]
+    return str(user[-1].get("loc") or "") if user else ""
 
 
 @contextlib.contextmanager
@@ -60,6 +78,7 @@ def draft_findings(module: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, 
         ep = torch.export.draft_export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
     report = getattr(ep, "_report", None)
     failures = []
+    filenames = getattr(report, "str_to_filename", None) or {}
     for f in getattr(report, "failures", []) or []:
         data = getattr(f, "data", {}) or {}
         expr = str(data["expr"]) if data.get("expr") is not None else ""
@@ -69,7 +88,7 @@ def draft_findings(module: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, 
         if named:
             expr += " where " + ", ".join(named)
         failures.append({"type": f.failure_type.name, "expr": expr,
-                         "where": _loc(data.get("user_stack"))})
+                         "where": _loc(data.get("user_stack"), filenames)})
     return {
         "failure_types": sorted({f["type"] for f in failures}),
         "guards": [f["expr"] for f in failures if f["type"] == "GUARD_ADDED" and f["expr"]],

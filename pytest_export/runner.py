@@ -297,17 +297,37 @@ def stage_export(ctx: Context) -> dict[str, Any]:
     return data
 
 
+class _DropTraceRecords:
+    """A handler filter that drops torch's structured-trace records and lets every other record through."""
+
+    @staticmethod
+    def filter(record: Any) -> bool:
+        return record.name != "torch.__trace"
+
+
 @contextlib.contextmanager
 def quiet_trace_logs():
     """torch.export logs structured-trace records at DEBUG; keep them out of pytest's captured log.
 
     torch's own logging set-up makes this logger non-propagating, but only once it first runs, which can be
-    in the middle of the first export; set the intended state up front.
+    in the middle of the first export; set the intended state up front. pytest (9) also attaches its capture
+    handlers to every non-propagating logger directly, so those handlers drop the trace records while a case
+    runs; torch's own trace handlers (draft_export reads its findings from one) still see them.
     """
     import logging
 
-    logging.getLogger("torch.__trace").propagate = False
-    yield
+    from torch._logging._internal import LazyTraceHandler
+
+    logger = logging.getLogger("torch.__trace")
+    logger.propagate = False
+    handlers = [h for h in logger.handlers if not isinstance(h, LazyTraceHandler)]
+    for h in handlers:
+        h.addFilter(_DropTraceRecords)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(_DropTraceRecords)
 
 
 _HINTS = {

@@ -51,6 +51,10 @@ def test_constraint_violation_prints_a_spec_that_exports_when_pasted_back(pytest
     diag = export["diagnosis"]
     assert "GUARD_ADDED" in diag["failure_types"]
     assert any("> 4" in g and "L['x'].size()[0]" in g for g in diag["guards"]), diag["guards"]
+    wheres = [f["where"] for f in diag["failures"]]
+    assert "if x.shape[0] > 4:" in wheres and not any("draft_export" in w or "diagnose" in w for w in wheres)
+    # torch's structured-trace records stay out of pytest's captured log
+    assert "torch.__trace" not in result.stdout.str()
     fix = diag["dynamic_shapes_fix"]
     result.stdout.fnmatch_lines(["*diagnosis (torch.export.draft_export):*", "*failure types: GUARD_ADDED*",
                                  "*corrected dynamic_shapes (refine_dynamic_shapes_from_suggested_fixes); paste back:*",
