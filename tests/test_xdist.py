@@ -30,6 +30,14 @@ def test_shortcut():
 @pytest.mark.exportable(xfail={"compare": "known shortcut"})
 def test_shortcut_xfail():
     return Shortcut(), (torch.ones(3),)
+
+class Narrowing(torch.nn.Module):
+    def forward(self, x):
+        return x[:4] if x.shape[0] > 4 else x
+
+@pytest.mark.exportable(dynamic_shapes={"x": {0: Dim("n", max=16)}}, xfail={"export": "narrows n"})
+def test_narrowing():
+    return Narrowing(), (torch.randn(6),)
 '''
 
 
@@ -51,9 +59,9 @@ def test_report_identical_with_n0_n2_and_without_xdist(pytester):
                         report="r2.json", subprocess=True),
     }
     for name, (result, data) in runs.items():
-        result.assert_outcomes(passed=1, failed=1, xfailed=1)
+        result.assert_outcomes(passed=1, failed=1, xfailed=2)
         assert data is not None, name
-        assert len(data["cases"]) == 3
+        assert len(data["cases"]) == 4
     reference = _normalized(runs["no-xdist"][1])
     for name in ("n0", "n2"):
         assert _normalized(runs[name][1]) == reference, name
@@ -72,6 +80,8 @@ def test_report_identical_with_n0_n2_and_without_xdist(pytester):
              for tc in ET.parse(pytester.path / "j2.xml").getroot().iter("testcase")}
     assert props["test_shortcut"]["export.compare"] == "failed"
     assert props["test_shortcut_xfail"]["export.compare"] == "xfailed"
+    narrowing = [c for c in d2["cases"] if c["nodeid"].endswith("test_narrowing")][0]
+    assert "n = Dim('n', min=5, max=16)" in narrowing["stages"]["export"]["diagnosis"]["dynamic_shapes_fix"]
     lin = [c for c in d2["cases"] if c["nodeid"].endswith("test_lin")][0]
     assert lin["stages"]["export"]["range_constraints"] and lin["stages"]["decomp"]["ops_after"]
 
