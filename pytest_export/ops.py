@@ -71,4 +71,24 @@ def countable_core_ops() -> frozenset[str]:
     return frozenset(op for op in all_core_ops() if not op.startswith(_IGNORED_PREFIXES))
 
 
-__all__ = ["program_ops", "is_core", "all_core_ops", "countable_core_ops", "op_name", "operator"]
+def op_facts(names) -> dict[str, dict[str, bool]]:
+    """{op name: {"core": is Core ATen, "decomposed": the default decomposition table lowers it}}."""
+    table = torch.export.default_decompositions()
+    out = {}
+    for name in sorted(set(names)):
+        op = _resolve(name)
+        out[name] = {"core": op is not None and is_core(op), "decomposed": op is not None and op in table}
+    return out
+
+
+def _resolve(name: str):
+    parts = name.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        return getattr(getattr(getattr(torch.ops, parts[0]), parts[1]), parts[2])
+    except (AttributeError, RuntimeError):
+        return None
+
+
+__all__ = ["op_facts", "program_ops", "is_core", "all_core_ops", "countable_core_ops", "op_name", "operator"]

@@ -166,6 +166,12 @@ class SessionOptions:
     max_size: int = 64
     report: str | None = None
     timeout: float | None = None
+    baseline: str | None = None
+    baseline_update: bool = False
+    baseline_warn_stale: bool = False
+    coverage: str | None = None
+    summary_md: str | None = None
+    diagnose: bool = True
 
 
 @dataclasses.dataclass
@@ -184,6 +190,7 @@ class CaseOptions:
     reproduce: str | None = None
     max_size: int = 64
     timeout: float | None = None
+    diagnose: bool = True
 
     def tolerances(self) -> dict[str, float]:
         if self.rtol is None and self.atol is None:
@@ -220,7 +227,7 @@ def validate_keywords(where: str, args: tuple, kwargs: dict[str, Any]) -> dict[s
 def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
     """Marker keywords over session defaults."""
     opts = CaseOptions(core_aten=session.core_aten, examples=session.examples, max_size=session.max_size,
-                       timeout=session.timeout)
+                       timeout=session.timeout, diagnose=session.diagnose)
     for key, value in kwargs.items():
         if key == "tags":
             value = (value,) if isinstance(value, str) else tuple(value)

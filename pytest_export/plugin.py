@@ -40,6 +40,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add("--export-timeout", "export_timeout",
         "time limit in seconds for each case's stages; a case over it is stopped and reported (default: none)",
         metavar="SECONDS")
+    add("--export-baseline", "export_baseline",
+        "known failures (case, stage, reason) and non-core ops: a failure or op not in it fails the run, "
+        "an entry that now passes is stale and fails it too", metavar="PATH")
+    add("--export-baseline-update", "export_baseline_update",
+        "rewrite --export-baseline from this run (entries of cases that did not run are pruned only where "
+        "the whole suite, or a whole folder of it, ran)", kind="bool", default=False, action="store_true")
+    add("--export-baseline-warn-stale", "export_baseline_warn_stale",
+        "report stale baseline entries as warnings instead of failing the run",
+        kind="bool", default=False, action="store_true")
+    add("--export-coverage", "export_coverage",
+        "write the decomposition coverage op table to PATH (JSON) and PATH with .md (Markdown)", metavar="PATH")
+    add("--export-summary-md", "export_summary_md",
+        "write a short Markdown summary to PATH (default: appended to $GITHUB_STEP_SUMMARY when set)",
+        metavar="PATH")
+    add("--export-no-diagnose", "export_no_diagnose",
+        "do not rerun a failed export with torch.export.draft_export to diagnose it",
+        kind="bool", default=False, action="store_true")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -115,10 +132,17 @@ def _run_marked(item: pytest.Function, value: Any) -> None:
         es.smoke(where, case)
         return
     result = es.run(item.nodeid, case, marker.kwargs, Path(item.funcargs["tmp_path"]))
+    action, text = es.gate(result)
     _record(item, result)
     _warn(result)
-    if result.failed:
-        pytest.fail(result.failure_text(), pytrace=False)
+    if action == "fail":
+        pytest.fail(text, pytrace=False)
+    if action == "warn":
+        import warnings
+
+        warnings.warn(ExportBaselineWarning(f"{item.nodeid}: {text}"))
+    if action == "xfail":
+        pytest.xfail(text)
     if result.outcome == XFAILED:
         pytest.xfail("; ".join(f"{s.name}: {s.message.splitlines()[0]}" for s in result.stages.values()
                                if s.status == XFAILED))
@@ -133,20 +157,31 @@ def _warn(result: CaseResult) -> None:
         warnings.warn(ExportWarning(f"{result.nodeid}: {w}"), stacklevel=2)
 
 
+class ExportBaselineWarning(pytest.PytestWarning):
+    """A stale --export-baseline entry, reported as a warning under --export-baseline-warn-stale."""
+
+
 def _record(item: pytest.Item, result: CaseResult) -> None:
     item.stash.setdefault(RESULTS_KEY, []).append(result)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
-    report = yield
     results = item.stash.get(RESULTS_KEY, None)
     if results and call.when == "call":
-        report.export_results = [r.to_json() for r in results]
-        for r in results:
+        # on the item, like record_property: the call and teardown reports copy them (JUnit XML reads teardown's)
+        for i, r in enumerate(results):
+            prefix = "export" if i == 0 else f"export#{i + 1}"
             for name, stage in r.stages.items():
-                report.user_properties.append((f"export.{name}", stage.status))
-            report.user_properties.append(("export.outcome", r.outcome))
+                item.user_properties.append((f"{prefix}.{name}", stage.status))
+            item.user_properties.append((f"{prefix}.outcome", r.outcome))
+    report = yield
+    if call.when == "setup" and item.get_closest_marker(MARKER) is not None and _session(item.config).options.check:
+        # sent ahead of the call, so the controller can report the case if its worker dies running it
+        tags = item.get_closest_marker(MARKER).kwargs.get("tags") or []
+        report.export_case = {"tags": [tags] if isinstance(tags, str) else [t for t in tags if isinstance(t, str)]}
+    if results and call.when == "call":
+        report.export_results = [r.to_json() for r in results]
     return report
 
 
@@ -177,8 +212,10 @@ def export_check(request: pytest.FixtureRequest, tmp_path: Path):
         result = es.run(nodeid, case, keywords, tmp_path / f"export_check_{len(calls)}")
         _record(request.node, result)
         _warn(result)
-        if raise_on_failure and result.failed:
-            pytest.fail(result.failure_text(), pytrace=False)
+        if raise_on_failure:
+            action, text = es.gate(result)
+            if action == "fail":
+                pytest.fail(text, pytrace=False)
         return result
 
     return check

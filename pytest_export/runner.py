@@ -256,15 +256,25 @@ def stage_export(ctx: Context) -> dict[str, Any]:
     module = ctx.case.module
     before = state_snapshot(module)
     args, kwargs = clone_inputs((ctx.case.args, ctx.case.kwargs))
+    dynamic_shapes = ctx.options.dynamic_shapes
     try:
-        dynamic_shapes = ctx.options.dynamic_shapes
         if isinstance(dynamic_shapes, torch.export.ShapesCollection):
             # keyed by the identity of the example tensors: resolve it on the case's own inputs, not the clones
             dynamic_shapes = dynamic_shapes.dynamic_shapes(module, ctx.case.args, ctx.case.kwargs)
         with quiet_trace_logs():
             ctx.ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=ctx.options.strict)
     except Exception as exc:
-        raise StageFailure(describe_exception(exc) + export_hint(exc), exception=type(exc).__name__)
+        data: dict[str, Any] = {"exception": type(exc).__name__}
+        text = describe_exception(exc) + export_hint(exc)
+        if ctx.options.diagnose:
+            from .diagnose import diagnose, diagnosis_text
+
+            a, k = clone_inputs((ctx.case.args, ctx.case.kwargs))
+            with quiet_trace_logs():
+                data["diagnosis"] = diagnose(exc, module, a, k, dynamic_shapes, ctx.options.strict,
+                                             ctx.workdir / "draft_export")
+            text += "\n\n" + diagnosis_text(data["diagnosis"])
+        raise StageFailure(text.rstrip(), **data)
     changed = state_changes(module, before)
     data = {
         "nodes": sum(1 for _ in ctx.ep.graph.nodes),
@@ -287,17 +297,37 @@ def stage_export(ctx: Context) -> dict[str, Any]:
     return data
 
 
+class _DropTraceRecords:
+    """A handler filter that drops torch's structured-trace records and lets every other record through."""
+
+    @staticmethod
+    def filter(record: Any) -> bool:
+        return record.name != "torch.__trace"
+
+
 @contextlib.contextmanager
 def quiet_trace_logs():
     """torch.export logs structured-trace records at DEBUG; keep them out of pytest's captured log.
 
     torch's own logging set-up makes this logger non-propagating, but only once it first runs, which can be
-    in the middle of the first export; set the intended state up front.
+    in the middle of the first export; set the intended state up front. pytest (9) also attaches its capture
+    handlers to every non-propagating logger directly, so those handlers drop the trace records while a case
+    runs; torch's own trace handlers (draft_export reads its findings from one) still see them.
     """
     import logging
 
-    logging.getLogger("torch.__trace").propagate = False
-    yield
+    from torch._logging._internal import LazyTraceHandler
+
+    logger = logging.getLogger("torch.__trace")
+    logger.propagate = False
+    handlers = [h for h in logger.handlers if not isinstance(h, LazyTraceHandler)]
+    for h in handlers:
+        h.addFilter(_DropTraceRecords)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(_DropTraceRecords)
 
 
 _HINTS = {

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .options import SessionOptions, UsageError, merge
-from .results import CaseResult
+from .results import ERROR, CaseResult
 
 SESSION_KEY = pytest.StashKey["ExportSession"]()
 
@@ -34,9 +35,19 @@ def read_session_options(config: pytest.Config) -> SessionOptions:
         core_aten=flag("export_core_aten"),
         examples=_int_option(config, "export_examples", 25),
         max_size=_int_option(config, "export_max_size", 64),
-        report=config.getoption("export_report") or config.getini("export_report") or None,
+        report=_path_option(config, "export_report"),
         timeout=_float_option(config, "export_timeout"),
+        baseline=_path_option(config, "export_baseline"),
+        baseline_update=flag("export_baseline_update"),
+        baseline_warn_stale=flag("export_baseline_warn_stale"),
+        coverage=_path_option(config, "export_coverage"),
+        summary_md=_path_option(config, "export_summary_md"),
+        diagnose=not flag("export_no_diagnose"),
     )
+
+
+def _path_option(config: pytest.Config, name: str) -> str | None:
+    return config.getoption(name) or config.getini(name) or None
 
 
 def _float_option(config: pytest.Config, name: str) -> float | None:
@@ -59,6 +70,10 @@ class ExportSession:
         self.config = config
         self.options = read_session_options(config)
         self.cases: dict[str, dict[str, Any]] = {}
+        self.pending: dict[str, dict[str, Any]] = {}  # marked cases whose setup ran (to report a crash)
+        self.session_data: dict[str, Any] = {}
+        self.baseline_messages: list[str] = []
+        self._baseline = None
         self._torch_ready = False
 
     @property
@@ -96,58 +111,253 @@ class ExportSession:
         options = merge(self.options, keywords)
         return run_case(case, options, nodeid=nodeid, workdir=workdir, session=self)
 
+    # ---- the baseline (read on every process: workers judge their own cases) ----------------
+    @property
+    def baseline(self):
+        if self._baseline is None and self.options.baseline and self.options.check:
+            from . import baseline as bl
+
+            try:
+                self._baseline = bl.load(self.options.baseline, missing_ok=self.options.baseline_update)
+            except UsageError as exc:
+                raise pytest.UsageError(str(exc))
+        return self._baseline
+
+    def gate(self, result: CaseResult) -> tuple[str, str]:
+        """What the item does with its result: ``("fail" | "xfail" | "warn" | "pass", text)``.
+
+        Without a baseline a failed case fails. With one, known failures are expected (xfail), new failures
+        and new non-core ops fail, and entries that now pass are stale (fail, or warn). In update mode every
+        failure is being recorded, so none fails the item.
+        """
+        base = self.baseline
+        if base is None:
+            return ("fail", result.failure_text()) if result.failed else ("pass", "")
+        from . import baseline as bl
+
+        case = result.to_json()
+        if self.options.baseline_update:
+            now = bl.failures_of(case)
+            return ("xfail", "recorded in the baseline: " + _stages_text(now)) if now else ("pass", "")
+        verdict = bl.judge(case, base)
+        if verdict:
+            result.info["baseline"] = verdict
+        path = self.options.baseline
+        if verdict.get("new") or verdict.get("new_non_core"):
+            lines = [result.failure_text(), "", f"--- baseline {path} ---"]
+            if verdict.get("new"):
+                lines.append("new failure (not in the baseline): " + _stages_text(verdict["new"]))
+            if verdict.get("new_non_core"):
+                lines.append("new non-core op after decomposition (not in the baseline): "
+                             + ", ".join(verdict["new_non_core"]))
+            lines.append("fix it, or accept it with --export-baseline-update")
+            return "fail", "\n".join(lines)
+        if result.outcome == "failed" and any(s.status == "xpassed" for s in result.stages.values()):
+            return "fail", result.failure_text()
+        if verdict.get("stale"):
+            text = (f"stale: remove it: baseline {path} expects {_stages_text(verdict['stale'])} to fail, "
+                    "but it passes now (rerun with --export-baseline-update)")
+            return ("warn" if self.options.baseline_warn_stale else "fail"), text
+        if verdict.get("known"):
+            return "xfail", "known failure in the baseline: " + _stages_text(verdict["known"])
+        return ("fail", result.failure_text()) if result.failed else ("pass", "")
+
     # ---- collecting results (controller side; under xdist the reports arrive from workers) ----
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        marked = getattr(report, "export_case", None)
+        if marked and report.when == "setup":
+            self.pending[report.nodeid] = marked
         results = getattr(report, "export_results", None)
         if results and report.when == "call":
             for r in results:
                 self.cases[r["nodeid"]] = r
+            return
+        if report.failed and report.nodeid in self.pending and report.nodeid not in self.cases:
+            # a worker that died mid-case (xdist reports it with when="???"), or a fixture that failed
+            why = "the worker running it crashed" if report.when not in ("setup", "call", "teardown") \
+                else f"{report.when} failed"
+            text = str(report.longrepr).strip().splitlines()
+            self.cases[report.nodeid] = CaseResult(
+                report.nodeid, outcome=ERROR, tags=list(self.pending[report.nodeid].get("tags", [])),
+                error=f"{report.nodeid}: {why}: {text[-1] if text else ''}".rstrip(": "),
+            ).to_json()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """xdist: a worker finished; merge what it knows about torch (version, Core ATen ops, op facts)."""
+        data = getattr(node, "workeroutput", {}).get("pytest_export")
+        if data:
+            self.merge_session_data(data)
+
+    def merge_session_data(self, data: dict[str, Any]) -> None:
+        for key in ("torch", "core_ops"):
+            if data.get(key) is not None:
+                self.session_data[key] = data[key]
+        self.session_data.setdefault("op_facts", {}).update(data.get("op_facts") or {})
+
+    def local_session_data(self) -> dict[str, Any]:
+        """Torch facts of this process for the cases it ran (JSON-able; shipped from workers)."""
+        if not self.cases or "torch" not in sys.modules:
+            return {}
+        from .ops import countable_core_ops, op_facts
+
+        ops = {op for c in self.cases.values() for s in ("decomp",)
+               for key in ("ops_before", "ops_after") for op in (c.get("stages", {}).get(s) or {}).get(key) or []}
+        return {"torch": self.torch_version(), "core_ops": sorted(countable_core_ops()), "op_facts": op_facts(ops)}
+
+    def full_data(self) -> dict[str, Any]:
+        """Session data: from workers under xdist, else from this process (which imports torch if needed)."""
+        data = dict(self.session_data)
+        need = not data.get("core_ops") or not data.get("torch") or any(
+            op not in data.get("op_facts", {}) for c in self.cases.values()
+            for op in (c.get("stages", {}).get("decomp") or {}).get("ops_before", []))
+        if need and self.cases:
+            import torch  # noqa: F401 - a controller whose workers all died still knows the facts
+
+            local = self.local_session_data()
+            for key, value in local.items():
+                if key == "op_facts":
+                    data["op_facts"] = {**value, **data.get("op_facts", {})}
+                elif not data.get(key):
+                    data[key] = value
+            self.session_data = dict(data)  # computed once
+        return data
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
+            if self.options.check:
+                self.config.workeroutput["pytest_export"] = self.local_session_data()
             return
+        if not self.options.check:
+            return
+        data = self.full_data()
+        self._finish_baseline(session)
         if self.options.report:
-            self.write_report(self.options.report)
+            self.write_report(self.options.report, data)
+        from . import summary
+
+        if self.options.coverage:
+            summary.write_coverage(self.options.coverage, list(self.cases.values()), data)
+        md_path = self.options.summary_md
+        append = False
+        if md_path is None and os.environ.get("GITHUB_STEP_SUMMARY"):
+            md_path, append = os.environ["GITHUB_STEP_SUMMARY"], True
+        if md_path and self.cases:
+            summary.write_summary_md(md_path, self.report_data(data), self.baseline_messages, append=append)
+
+    def _finish_baseline(self, session: pytest.Session) -> None:
+        if not self.options.baseline:
+            return
+        from . import baseline as bl
+        from .report import write_text_atomic
+
+        base = self.baseline
+        scope = prune_scope(self.config, session)
+        cases = list(self.cases.values())
+        if self.options.baseline_update:
+            new = bl.updated(base, cases, scope)
+            write_text_atomic(self.options.baseline, new.dumps())
+            self.baseline_messages.append(
+                f"baseline {self.options.baseline} updated: {sum(len(s) for s in new.failures.values())} known "
+                f"failure(s), {len(new.non_core_ops)} non-core op(s)"
+                + ("" if scope else " (subset run: entries of cases that did not run were kept)"))
+            return
+        stale = [f"{c['nodeid']} [{', '.join(sorted(c['baseline']['stale']))}]: passes now"
+                 for c in cases if c.get("baseline", {}).get("stale")]
+        stale += bl.session_stale(base, cases, scope)
+        new = []
+        for c in cases:
+            verdict = c.get("baseline", {})
+            parts = [f"new failure in {', '.join(sorted(verdict['new']))}"] if verdict.get("new") else []
+            if verdict.get("new_non_core"):
+                parts.append(f"new non-core op {', '.join(verdict['new_non_core'])}")
+            if parts:
+                new.append(f"{c['nodeid']}: " + "; ".join(parts))
+        self.baseline_messages += [f"new: {m}" for m in new]
+        verb = "stale (warning)" if self.options.baseline_warn_stale else "stale: remove it"
+        self.baseline_messages += [f"{verb}: {m}" for m in stale]
+        if stale and not self.options.baseline_warn_stale and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def torch_version(self) -> str | None:
-        import sys
-
+        if self.session_data.get("torch"):
+            return self.session_data["torch"]
         torch = sys.modules.get("torch")
         if torch is None and self.cases:
             import torch  # noqa: F811
         return getattr(torch, "__version__", None) if torch else None
 
-    def report_data(self) -> dict[str, Any]:
+    def report_data(self, data: dict[str, Any] | None = None) -> dict[str, Any]:
         from .report import build_report
+        from .summary import coverage_summary
 
-        return build_report(list(self.cases.values()), self.torch_version())
+        data = self.full_data() if data is None else data
+        cases = list(self.cases.values())
+        return build_report(cases, data.get("torch") or self.torch_version(),
+                            coverage=coverage_summary(cases, data.get("core_ops")))
 
-    def write_report(self, path: str) -> None:
+    def write_report(self, path: str, data: dict[str, Any] | None = None) -> None:
         from .report import write_json_atomic
 
-        write_json_atomic(path, self.report_data())
-
-    def terminal_summary(self, terminalreporter: Any) -> None:
-        pass
+        write_json_atomic(path, self.report_data(data))
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        if self.is_worker or not self.cases:
+        if self.is_worker or not self.options.check:
             return
-        if self.options.report:
+        if self.cases:
+            from .summary import summary_text
+
+            data = self.full_data()
+            terminalreporter.write_sep("=", f"export summary (torch {data.get('torch')})")
+            terminalreporter.write_line(summary_text(list(self.cases.values()), data.get("core_ops"),
+                                                     verbose=config.getoption("verbose") > 0))
+            if any(c.get("tags") for c in self.cases.values()):
+                self.write_conformance(terminalreporter)
+        if self.baseline_messages:
+            terminalreporter.write_sep("=", f"export baseline {self.options.baseline}")
+            for line in self.baseline_messages:
+                terminalreporter.write_line(line)
+        if self.options.report and self.cases:
             terminalreporter.write_line(f"pytest-export: report written to {self.options.report}")
-        if self.options.check and any(c.get("tags") for c in self.cases.values()):
-            self.write_conformance(terminalreporter)
 
     def write_conformance(self, terminalreporter: Any) -> None:
-        """Cases by tag and stage, and the Core ATen coverage they reach (counting the core ops imports torch)."""
+        """Cases by tag and stage, and the Core ATen coverage they reach."""
         from .conformance import conformance_table
-        from .ops import countable_core_ops
 
         terminalreporter.write_sep("=", f"export conformance (torch {self.torch_version()})")
-        terminalreporter.write_line(conformance_table(list(self.cases.values()), countable_core_ops()))
+        terminalreporter.write_line(conformance_table(list(self.cases.values()), self.full_data().get("core_ops")))
 
 
-__all__ = ["ExportSession", "SESSION_KEY", "UsageError", "CaseResult"]
+def _stages_text(stages: dict[str, str]) -> str:
+    return "; ".join(f"{s} ({r})" if r else s for s, r in sorted(stages.items()))
+
+
+def prune_scope(config: pytest.Config, session: pytest.Session) -> list[str] | None:
+    """Rootdir-relative folders that ran whole, or None for a subset run (``-k``, ``-m``, a file, a test id,
+    ``--export-tags``, ``--lf``, a run stopped early): the baseline prunes only inside them."""
+    opt = config.option
+    if (getattr(opt, "keyword", "") or getattr(opt, "markexpr", "") or getattr(opt, "deselect", None)
+            or getattr(opt, "lf", False) or getattr(opt, "stepwise", False) or getattr(opt, "maxfail", 0)
+            or config.getoption("export_tags") or config.getini("export_tags") or session.shouldstop
+            or session.shouldfail):
+        return None
+    root = Path(config.rootpath)
+    scope = []
+    for arg in config.args:
+        if "::" in arg:
+            return None
+        path = Path(arg) if Path(arg).is_absolute() else Path(config.invocation_params.dir, arg)
+        if not path.is_dir():
+            return None
+        try:
+            rel = path.resolve().relative_to(root.resolve())
+        except ValueError:
+            return None
+        scope.append("" if str(rel) == "." else rel.as_posix())
+    return scope
+
+
+__all__ = ["ExportSession", "SESSION_KEY", "UsageError", "CaseResult", "prune_scope"]

@@ -9,6 +9,7 @@ subprocess instead.
 from __future__ import annotations
 
 import _pytest.pytester as _pytester
+import pytest
 
 _KEEP = ("torch", "functorch", "sympy", "mpmath", "hypothesis", "xdist", "execnet", "filelock", "jinja2", "markupsafe",
          "networkx", "fsspec", "typing_extensions", "pytest_export")
@@ -23,3 +24,9 @@ class _KeepTorchSnapshot(_pytester.SysModulesSnapshot):
 
 
 _pytester.SysModulesSnapshot = _KeepTorchSnapshot
+
+
+@pytest.fixture(autouse=True)
+def _no_step_summary(monkeypatch):
+    """Inner runs must not append their summaries to the CI job page of the outer run."""
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)

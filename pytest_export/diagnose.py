@@ -1,0 +1,204 @@
+"""Diagnosis of a failed export: rerun it with ``torch.export.draft_export`` and, for a constraint violation,
+the corrected ``dynamic_shapes`` from ``refine_dynamic_shapes_from_suggested_fixes``, printed as Python that
+exports when pasted back.
+
+Called by the ``export`` stage only after export raised (the runner has imported torch already).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+from typing import Any
+
+import torch
+
+
+@contextlib.contextmanager
+def _quiet(name: str):
+    """draft_export logs a banner of its findings at WARNING; the diagnosis carries them instead."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+# the call path from the runner into draft_export: frames after the last of these are the user's
+_OWN_FRAMES = {"draft_findings", "diagnose", "stage_export", "_run_stage", "run_case"}
+
+
+def _loc(stack: Any, filenames: Any) -> str:
+    """The innermost user frame's source line; where the stack ends in this package (a guard added while
+    solving constraints, not by a line of the model), there is none."""
+    if not isinstance(stack, list):
+        return ""
+    frames = [f for f in stack if isinstance(f, dict)]
+
+    def own(frame: dict) -> bool:
+        name = filenames.get(frame.get("filename"), "") if isinstance(filenames, dict) else ""
+        mine = isinstance(name, str) and bool(name) and os.path.abspath(name).startswith(_OWN_DIR + os.sep)
+        return mine or frame.get("name") in _OWN_FRAMES
+
+    last_own = max((i for i, f in enumerate(frames) if own(f)), default=-1)
+    user = frames[last_own + 1:]
+    return str(user[-1].get("loc") or "") if user else ""
+
+
+@contextlib.contextmanager
+def _trace_dir(workdir: Any):
+    """draft_export writes its structured trace under the system temp dir unless told where: keep it in the
+    case's own temp dir."""
+    if workdir is None:
+        yield
+        return
+    var = torch._logging._internal.DTRACE_ENV_VAR
+    old = os.environ.get(var)
+    os.environ[var] = str(workdir)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = old
+
+
+def draft_findings(module: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, strict: bool,
+                   workdir: Any = None) -> dict[str, Any]:
+    """``{"failure_types": [...], "guards": [...], "failures": [{type, expr, where}]}`` from draft_export."""
+    with _quiet("torch.export._draft_export"), _quiet("torch.export"), _trace_dir(workdir):
+        ep = torch.export.draft_export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+    report = getattr(ep, "_report", None)
+    failures = []
+    filenames = getattr(report, "str_to_filename", None) or {}
+    for f in getattr(report, "failures", []) or []:
+        data = getattr(f, "data", {}) or {}
+        expr = str(data["expr"]) if data.get("expr") is not None else ""
+        sources = data.get("symbol_to_sources") or {}
+        named = [f"{s} = {src}" for s, src in sorted(sources.items()) if re.search(rf"\b{re.escape(s)}\b", expr)] \
+            if isinstance(sources, dict) else []
+        if named:
+            expr += " where " + ", ".join(named)
+        failures.append({"type": f.failure_type.name, "expr": expr,
+                         "where": _loc(data.get("user_stack"), filenames)})
+    return {
+        "failure_types": sorted({f["type"] for f in failures}),
+        "guards": [f["expr"] for f in failures if f["type"] == "GUARD_ADDED" and f["expr"]],
+        "failures": failures,
+    }
+
+
+def refined_dynamic_shapes(exc: BaseException, dynamic_shapes: Any) -> Any | None:
+    """The corrected spec for a constraint violation (a UserError whose message has suggested fixes)."""
+    msg = getattr(exc, "msg", None) or str(exc)
+    if dynamic_shapes is None or "Suggested fixes" not in msg:
+        return None
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    return refine_dynamic_shapes_from_suggested_fixes(msg, dynamic_shapes)
+
+
+# ---- printing a dynamic_shapes spec as Python ---------------------------------------------------
+
+def _finite(v: Any) -> int | None:
+    try:
+        i = int(v)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
+    return i if abs(i) < 2**62 else None
+
+
+def _dim_call(name: str, lo: Any, hi: Any) -> str:
+    args = [repr(name)]
+    lo, hi = _finite(lo), _finite(hi)
+    if lo:
+        args.append(f"min={lo}")
+    if hi is not None:
+        args.append(f"max={hi}")
+    return f"Dim({', '.join(args)})"
+
+
+def to_python(spec: Any) -> str:
+    """Python source that rebuilds ``spec``: ``name = Dim(...)`` lines, then ``dynamic_shapes = ...``.
+
+    Run it with ``from torch.export import Dim`` in scope (the first line imports it).
+    """
+    from torch.export.dynamic_shapes import Dim, _DerivedDim, _DimHint
+
+    roots: dict[str, str] = {}
+
+    def root(d: Any) -> str:
+        name = d.__name__
+        if name.isidentifier():
+            roots.setdefault(name, f"{name} = {_dim_call(name, d.min, d.max)}")
+            return name
+        return _dim_call(name, d.min, d.max)
+
+    def render(v: Any) -> str:
+        if isinstance(v, _DerivedDim):
+            root(v.root)
+            return str(v.__name__)
+        if isinstance(v, _DimHint):
+            base = f"Dim.{v.type.name}"
+            bounds = [f"{k}={_finite(b)}" for k, b in (("min", v.min), ("max", v.max)) if _finite(b) is not None]
+            return f"{base}({', '.join(bounds)})" if bounds else base
+        if isinstance(v, Dim) or type(v).__name__ == "Dim" or (hasattr(v, "__name__") and hasattr(v, "min") and hasattr(v, "max")):
+            return root(v)
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{render(k)}: {render(x)}" for k, x in v.items()) + "}"
+        if isinstance(v, list):
+            return "[" + ", ".join(render(x) for x in v) + "]"
+        if isinstance(v, tuple):
+            return "(" + ", ".join(render(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+        if v is None or isinstance(v, (int, str, bool)):
+            return repr(v)
+        raise TypeError(f"cannot print {type(v).__name__} in a dynamic_shapes spec")
+
+    body = render(spec)
+    return "\n".join(["from torch.export import Dim", *roots.values(), f"dynamic_shapes = {body}"])
+
+
+def diagnose(exc: BaseException, module: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, strict: bool,
+             workdir: Any = None) -> dict[str, Any]:
+    """Everything known about a failed export, as JSON-able data; never raises."""
+    from .runner import describe_exception
+
+    out: dict[str, Any] = {}
+    try:
+        fixed = refined_dynamic_shapes(exc, dynamic_shapes)
+        if fixed is not None:
+            out["dynamic_shapes_fix"] = to_python(fixed)
+    except Exception as err:  # noqa: BLE001 - building the fix fails in some torch versions (FACTS)
+        out["dynamic_shapes_fix_error"] = describe_exception(err, 500)
+    try:
+        out.update(draft_findings(module, args, kwargs, dynamic_shapes, strict, workdir))
+    except Exception as err:  # noqa: BLE001 - draft_export itself may raise; the original failure stands
+        out["draft_export_error"] = describe_exception(err, 500)
+    return out
+
+
+def diagnosis_text(d: dict[str, Any]) -> str:
+    lines = ["diagnosis (torch.export.draft_export):"]
+    if d.get("failure_types"):
+        lines.append("  failure types: " + ", ".join(d["failure_types"]))
+    for f in d.get("failures", [])[:10]:
+        lines.append(f"  - {f['type']}: {f['expr'] or '(no expression)'}" + (f"  at: {f['where']}" if f["where"] else ""))
+    if d.get("draft_export_error"):
+        lines.append(f"  draft_export raised: {d['draft_export_error'].splitlines()[0]}")
+    if d.get("dynamic_shapes_fix"):
+        lines.append("corrected dynamic_shapes (refine_dynamic_shapes_from_suggested_fixes); paste back:")
+        lines += ["    " + ln for ln in d["dynamic_shapes_fix"].splitlines()]
+    elif d.get("dynamic_shapes_fix_error"):
+        lines.append(f"  (could not build the corrected dynamic_shapes: {d['dynamic_shapes_fix_error'].splitlines()[0]})")
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
+__all__ = ["diagnose", "diagnosis_text", "to_python", "draft_findings", "refined_dynamic_shapes"]

@@ -1,0 +1,178 @@
+"""Renderings of a run's cases (the report's case dicts): the terminal summary, the decomposition coverage op
+table (JSON and Markdown) and the Markdown summary for CI job pages.
+
+Plain Python; no torch, no pytest. Torch facts (the Core ATen op list, which ops the default table
+decomposes) come in as data, from the workers that ran the cases.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from .conformance import core_ops_reached, stage_order
+from .report import write_json_atomic, write_text_atomic
+
+COLUMNS = ("passed", "failed", "skipped", "xfailed")
+_COLUMN_OF = {"passed": "passed", "failed": "failed", "error": "failed", "xpassed": "failed",
+              "skipped": "skipped", "xfailed": "xfailed"}
+OUTCOME_ROW = "(case)"
+
+
+def stage_counts(cases: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """{stage: {column: n}} in run order, then the cases' own outcomes under ``(case)``."""
+    rows: dict[str, dict[str, int]] = {s: dict.fromkeys(COLUMNS, 0) for s in stage_order(cases)}
+    rows[OUTCOME_ROW] = dict.fromkeys(COLUMNS, 0)
+    for case in cases:
+        for name, stage in case.get("stages", {}).items():
+            col = _COLUMN_OF.get(stage.get("status", ""))
+            if col:
+                rows[name][col] += 1
+        col = _COLUMN_OF.get(case.get("outcome", ""))
+        if col:
+            rows[OUTCOME_ROW][col] += 1
+    return rows
+
+
+def _table(header: list[str], body: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in body]
+        return "\n".join(lines)
+    rows = [header, *body]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    out = []
+    for i, r in enumerate(rows):
+        out.append(" | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))).rstrip())
+        if i == 0:
+            out.append("-+-".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def stage_table(cases: list[dict[str, Any]], markdown: bool = False) -> str:
+    """Cases by stage: how many passed, failed (error and strict XPASS count as failed), skipped, xfailed."""
+    rows = stage_counts(cases)
+    return _table(["stage", *COLUMNS], [[name, *(str(c[k]) for k in COLUMNS)] for name, c in rows.items()], markdown)
+
+
+def non_core_cases(cases: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
+    """{non-core op that survived decomposition: the cases whose decomposed program carries it}."""
+    out: dict[str, list[str]] = {}
+    for case in cases:
+        for op in (case.get("stages", {}).get("decomp") or {}).get("non_core") or []:
+            out.setdefault(op, []).append(case["nodeid"])
+    return {op: sorted(v) for op, v in sorted(out.items())}
+
+
+def coverage_summary(cases: list[dict[str, Any]], core_ops: Iterable[str] | None) -> dict[str, Any]:
+    """The report's ``coverage`` field."""
+    reached = core_ops_reached(cases)
+    out: dict[str, Any] = {}
+    if core_ops is not None:
+        known = set(core_ops)
+        reached &= known
+        out["core_ops_total"] = len(known)
+    out["core_ops_reached"] = sorted(reached)
+    out["non_core"] = non_core_cases(cases)
+    return out
+
+
+def coverage_line(coverage: dict[str, Any], verbose: bool = False, limit: int = 3) -> str:
+    n = len(coverage.get("core_ops_reached", []))
+    total = coverage.get("core_ops_total")
+    head = (f"decomposition coverage: {n} of {total} Core ATen ops exercised ({100.0 * n / total:.0f}%)"
+            if total else f"decomposition coverage: {n} Core ATen ops exercised")
+    non_core = coverage.get("non_core") or {}
+    if not non_core:
+        line = head + "; no non-core op survived decomposition"
+    else:
+        parts = []
+        for op, owners in non_core.items():
+            shown = owners if verbose else owners[:limit]
+            more = f", +{len(owners) - len(shown)} more" if len(owners) > len(shown) else ""
+            parts.append(f"{op} ({len(owners)} case{'s' * (len(owners) != 1)}: {', '.join(shown)}{more})")
+        line = head + f"; {len(non_core)} non-core op(s) survived decomposition: " + "; ".join(parts)
+    if verbose and coverage.get("core_ops_reached"):
+        line += "\nCore ATen ops exercised: " + ", ".join(coverage["core_ops_reached"])
+    return line
+
+
+def summary_text(cases: list[dict[str, Any]], core_ops: Iterable[str] | None, verbose: bool = False) -> str:
+    """The terminal summary: the stage table, then the decomposition coverage line."""
+    return stage_table(cases) + "\n" + coverage_line(coverage_summary(cases, core_ops), verbose)
+
+
+def op_table(cases: list[dict[str, Any]], op_facts: dict[str, dict[str, bool]]) -> list[dict[str, Any]]:
+    """One row per op any case used: core or not, decomposed by the default table or not, and which cases
+    use it before and after decomposition."""
+    rows: dict[str, dict[str, Any]] = {}
+    for case in sorted(cases, key=lambda c: c["nodeid"]):  # arrival order differs under xdist
+        decomp = case.get("stages", {}).get("decomp") or {}
+        non_core = set(decomp.get("non_core") or [])
+        for key, col in (("ops_before", "cases_before"), ("ops_after", "cases_after")):
+            for op in decomp.get(key) or []:
+                facts = op_facts.get(op, {})
+                row = rows.setdefault(op, {"op": op, "core": facts.get("core"), "decomposed": facts.get("decomposed"),
+                                           "cases_before": [], "cases_after": []})
+                if row["core"] is None and key == "ops_after":
+                    row["core"] = op not in non_core
+                row[col].append(case["nodeid"])
+    return [rows[op] for op in sorted(rows)]
+
+
+def coverage_markdown(data: dict[str, Any]) -> str:
+    lines = [f"# Decomposition coverage (torch {data.get('torch')})", "",
+             coverage_line({"core_ops_reached": data["core_ops_reached"], "core_ops_total": data.get("core_ops_total"),
+                            "non_core": {r["op"]: r["cases_after"] for r in data["ops"] if r["cases_after"] and not r["core"]}},
+                           verbose=False), "",
+             "| op | core | decomposed | cases before | cases after |", "|---|---|---|---:|---:|"]
+    yes = {True: "yes", False: "no", None: "?"}
+    for r in data["ops"]:
+        lines.append(f"| `{r['op']}` | {yes[r['core']]} | {yes[r['decomposed']]} | {len(r['cases_before'])} | {len(r['cases_after'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_coverage(path: str, cases: list[dict[str, Any]], session: dict[str, Any]) -> tuple[Path, Path]:
+    """``--export-coverage PATH``: the op table as JSON at PATH and as Markdown at PATH with ``.md``."""
+    cov = coverage_summary(cases, session.get("core_ops"))
+    data = {"version": 1, "torch": session.get("torch"), "core_ops_total": cov.get("core_ops_total"),
+            "core_ops_reached": cov["core_ops_reached"], "ops": op_table(cases, session.get("op_facts") or {})}
+    json_path = Path(path)
+    md_path = json_path.with_suffix(".md")
+    if md_path == json_path:
+        md_path = json_path.with_name(json_path.name + ".md")
+    write_json_atomic(json_path, data)
+    write_text_atomic(md_path, coverage_markdown(data))
+    return json_path, md_path
+
+
+def summary_markdown(report: dict[str, Any], messages: Iterable[str] = (), limit: int = 20) -> str:
+    """A short Markdown summary for a CI job page."""
+    cases = report["cases"]
+    bad = [c for c in cases if c.get("outcome") in ("failed", "error")]
+    lines = [f"### torch.export check: {len(cases)} cases, {len(bad)} failing (torch {report.get('torch')})", "",
+             stage_table(cases, markdown=True), "", coverage_line(report.get("coverage") or coverage_summary(cases, None))]
+    if bad:
+        lines += ["", "Failing cases:", ""]
+        for c in bad[:limit]:
+            stages = [n for n, s in c.get("stages", {}).items() if s.get("status") in ("failed", "error", "xpassed")]
+            lines.append(f"- `{c['nodeid']}`: {c['outcome']}" + (f" in {', '.join(stages)}" if stages else ""))
+        if len(bad) > limit:
+            lines.append(f"- ... and {len(bad) - limit} more")
+    messages = list(messages)
+    if messages:
+        lines += ["", "Baseline:", ""] + [f"- {m}" for m in messages]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary_md(path: str, report: dict[str, Any], messages: Iterable[str] = (), append: bool = False) -> None:
+    text = summary_markdown(report, messages)
+    if append:  # $GITHUB_STEP_SUMMARY is shared by every step of the job: add, never replace
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        write_text_atomic(path, text)
+
+
+__all__ = ["summary_text", "stage_table", "coverage_summary", "coverage_line", "op_table", "write_coverage",
+           "summary_markdown", "write_summary_md", "non_core_cases"]
