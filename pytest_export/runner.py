@@ -186,6 +186,14 @@ class Context:
         return [(p.description, *probe_inputs(self, au.model, p)) for p in out_of_range_probes(self, au.model)
                 if p.kind != "small"]
 
+    def export_dynamic_shapes(self) -> Any:
+        """``dynamic_shapes`` as handed to ``torch.export.export`` (every export of this case uses the same)."""
+        dynamic_shapes = self.options.dynamic_shapes
+        if isinstance(dynamic_shapes, torch.export.ShapesCollection):
+            # keyed by the identity of the example tensors: resolve it on the case's own inputs, not the clones
+            dynamic_shapes = dynamic_shapes.dynamic_shapes(self.case.module, self.case.args, self.case.kwargs)
+        return dynamic_shapes
+
     # programs ------------------------------------------------------------------------------
     def module_of(self, ep) -> torch.nn.Module:
         """``ep.module()`` built once per program (it builds a new module on every call)."""
@@ -254,15 +262,18 @@ def stage_export(ctx: Context) -> dict[str, Any]:
     if ctx.declaration_error:
         raise StageFailure(f"not exported: {ctx.declaration_error}", exception="UsageError")
     module = ctx.case.module
+    _check_preserved(ctx)
     before = state_snapshot(module)
     args, kwargs = clone_inputs((ctx.case.args, ctx.case.kwargs))
     dynamic_shapes = ctx.options.dynamic_shapes
     try:
-        if isinstance(dynamic_shapes, torch.export.ShapesCollection):
-            # keyed by the identity of the example tensors: resolve it on the case's own inputs, not the clones
-            dynamic_shapes = dynamic_shapes.dynamic_shapes(module, ctx.case.args, ctx.case.kwargs)
+        dynamic_shapes = ctx.export_dynamic_shapes()
+        extra = {}
+        if ctx.options.preserve_module_call_signature:
+            extra["preserve_module_call_signature"] = tuple(ctx.options.preserve_module_call_signature)
         with quiet_trace_logs():
-            ctx.ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=ctx.options.strict)
+            ctx.ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=ctx.options.strict,
+                                         **extra)
     except Exception as exc:
         data: dict[str, Any] = {"exception": type(exc).__name__}
         text = describe_exception(exc) + export_hint(exc)
@@ -303,6 +314,22 @@ class _DropTraceRecords:
     @staticmethod
     def filter(record: Any) -> bool:
         return record.name != "torch.__trace"
+
+
+def _check_preserved(ctx: Context) -> None:
+    """Every ``preserve_module_call_signature`` name must be a submodule (torch raises a bare AttributeError)."""
+    module = ctx.case.module
+    names = [n for n, _ in module.named_modules() if n]
+    for fqn in ctx.options.preserve_module_call_signature:
+        try:
+            module.get_submodule(fqn)
+        except AttributeError:
+            shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "") if names else "none"
+            raise StageFailure(
+                f"not exported: {ctx.nodeid}: preserve_module_call_signature names {fqn!r}, which is no submodule of "
+                f"{type(module).__name__} (submodules: {shown}); give fully qualified submodule names",
+                exception="UsageError",
+            )
 
 
 @contextlib.contextmanager
@@ -511,5 +538,6 @@ def smoke(case: Case) -> None:
 
 
 from .stages import fuzz as _fuzz, guards as _guards  # noqa: E402,F401 - they register their stages
+from .stages import retrace as _retrace, unflatten as _unflatten  # noqa: E402,F401
 
 __all__ = ["run_case", "smoke", "register_stage", "Stage", "StageFailure", "Context", "ERROR"]
