@@ -188,6 +188,8 @@ class SessionOptions:
     summary_md: str | None = None
     diagnose: bool = True
     aoti: bool = False
+    modes: tuple[str, ...] | None = None  # --export-modes; None: the marker's `strict` decides
+    devices: tuple[str, ...] | None = None  # --export-devices; None: cpu, plus cuda where available
 
 
 @dataclasses.dataclass
