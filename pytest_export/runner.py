@@ -553,6 +553,6 @@ def smoke(case: Case) -> None:
 
 
 from .stages import fuzz as _fuzz, guards as _guards  # noqa: E402,F401 - they register their stages
-from .stages import retrace as _retrace, unflatten as _unflatten, cuda as _cuda  # noqa: E402,F401
+from .stages import retrace as _retrace, unflatten as _unflatten, cuda as _cuda, aoti as _aoti  # noqa: E402,F401
 
 __all__ = ["run_case", "smoke", "register_stage", "Stage", "StageFailure", "Context", "ERROR"]

@@ -87,6 +87,7 @@ class ExportSession:
         self._baseline = None
         self._torch_ready = False
         self._cuda: bool | None = None
+        self._run_tmp: Path | None = None
 
     def cuda_available(self) -> bool:
         if self._cuda is None:
@@ -100,6 +101,12 @@ class ExportSession:
         if not self.options.check:
             return []
         return variants(self.options.modes, self.options.devices, self.cuda_available)
+
+    def run_tmp_dir(self) -> Path:
+        """A temp dir of this run (pytest's basetemp; per worker under xdist) for caches shared by its cases."""
+        if self._run_tmp is None:
+            self._run_tmp = self.config._tmp_path_factory.mktemp("pytest-export")
+        return self._run_tmp
 
     @property
     def is_worker(self) -> bool:
