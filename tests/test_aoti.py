@@ -53,6 +53,41 @@ def test_bad_keyword_type_is_a_usage_error():
         pytest_export.check(Small(), (torch.randn(5, 8),), aoti="yes")
 
 
+def _fake_aoti(monkeypatch, loaded):
+    """Stand-ins for compile and load (no C++ compile): the stage's own logic on a model of our choosing."""
+    def compile_and_package(ep, package_path=None, **kw):
+        open(package_path, "wb").write(b"package")
+        return package_path
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    monkeypatch.setattr(torch._inductor, "aoti_load_package", lambda path, *a, **k: loaded)
+
+
+def test_a_model_that_accepts_out_of_range_sizes_fails(tmp_path, monkeypatch):
+    torch.manual_seed(0)
+    model = Small()
+    _fake_aoti(monkeypatch, model)  # eager itself: runs on any batch size
+    res = pytest_export.check(model, (torch.randn(5, 8),), dynamic_shapes={"x": {0: Dim("b", min=4, max=16)}},
+                              aoti=True, workdir=tmp_path)
+    st = res.stages["aoti"]
+    assert st.status == "failed"
+    assert "accepted out-of-range sizes b=17 (max 16 + 1)" in st.message
+
+
+def test_compile_and_load_failures_are_reported(tmp_path, monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("C++ compile error: planted")
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", boom)
+    res = pytest_export.check(Small(), (torch.randn(5, 8),), aoti=True, workdir=tmp_path)
+    assert res.stages["aoti"].status == "failed"
+    assert "aoti_compile_and_package raised: RuntimeError: C++ compile error: planted" in res.stages["aoti"].message
+    _fake_aoti(monkeypatch, None)
+    monkeypatch.setattr(torch._inductor, "aoti_load_package", boom)
+    res = pytest_export.check(Small(), (torch.randn(5, 8),), aoti=True, workdir=tmp_path)
+    assert "aoti_load_package raised" in res.stages["aoti"].message
+
+
 @pytest.mark.slow
 def test_small_case_compiles_loads_matches_and_refuses_out_of_range(tmp_path, monkeypatch):
     before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
@@ -80,14 +115,30 @@ def test_small_case_compiles_loads_matches_and_refuses_out_of_range(tmp_path, mo
 
 
 @local
-def test_a_package_without_its_lower_bound_check_accepts_out_of_range_sizes(tmp_path, monkeypatch):
+def test_a_package_without_its_lower_bound_check_accepts_out_of_range_sizes(tmp_path):
     import torch._inductor.config as inductor_config
 
-    monkeypatch.setattr(inductor_config.aot_inductor, "check_lowerbound", False)
-    res = _check(tmp_path)
+    with inductor_config.patch({"aot_inductor.check_lowerbound": False}):
+        res = _check(tmp_path)
     st = res.stages["aoti"]
     assert st.status == "failed"
     assert "accepted out-of-range sizes b=3 (min 4 - 1)" in st.message
+
+
+class Add(torch.nn.Module):
+    def forward(self, x, y):
+        return x + y
+
+
+@local
+def test_a_broken_relation_is_stopped_inside_the_model_not_at_its_input_checks(tmp_path):
+    b = Dim("b", min=2, max=16)
+    res = pytest_export.check(Add(), (torch.randn(4, 2), torch.randn(4, 2)), aoti=True, workdir=tmp_path,
+                              dynamic_shapes={"x": {0: b}, "y": {0: b}})
+    st = res.stages["aoti"]
+    assert st.status == "passed", res.failure_text()
+    assert st.data["raised_inside"] and "breaking its relation" in st.data["raised_inside"][0]
+    assert any("not at its input checks" in w for w in res.warnings)
 
 
 @local

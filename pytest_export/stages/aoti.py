@@ -6,7 +6,9 @@ the user's ``/tmp``; both variables are restored afterwards. ``aoti_load_package
 must match eager (or the exported program where ``compare`` failed) on the example and on the boundary sizes of
 the declared ranges (``strategies``/``shapes`` through the guards' in-range probes), and, with
 ``AOTI_RUNTIME_CHECK_INPUTS=1`` (read once per compiled model, at its first call: set for the stage), refuse
-every out-of-range size: max + 1, min - 1, a wrong static size. Compile and load times are reported.
+every out-of-range size: max + 1, min - 1, a wrong static size, a broken relation between axes. An input that
+runs to completion is a failure; one refused by a size assertion inside the model rather than by the input
+checks is a warning (``raised_inside``). Compile and load times are reported.
 
 Run it with ``--export-aoti`` or the marker keyword ``aoti=True``; one compile costs seconds to tens of seconds.
 """
@@ -125,19 +127,25 @@ def _check(ctx: Context, model: Any, data: dict[str, Any]) -> dict[str, Any]:
         worst = {key: max(worst[key], errs[key]) for key in worst}
         sizes += 1
     refused = 0
+    raised: list[str] = []
     for description, a, k in ctx.out_of_range_inputs():
         try:
             _call(model, a, k)
         except Exception as exc:  # noqa: BLE001
-            if isinstance(exc, RuntimeError) and any(r in str(exc) for r in REFUSAL):
-                refused += 1
-                continue
-            raise StageFailure(f"the AOTInductor model crashed on out-of-range sizes {description} instead of "
-                               f"refusing them: {describe_exception(exc)}", **data)
+            refused += 1
+            if not any(r in str(exc) for r in REFUSAL):
+                # not the input checks but a size assertion inside the model (torch 2.13: a broken relation
+                # between two inputs' axes is not among the input checks); it still returns nothing wrong
+                first = describe_exception(exc, 300).splitlines()[0]
+                raised.append(f"{description}: {first}")
+            continue
         raise StageFailure(f"the AOTInductor model accepted out-of-range sizes {description} with "
                            "AOTI_RUNTIME_CHECK_INPUTS=1: its input checks do not enforce the declared range", **data)
+    for r in raised:
+        ctx.result.warnings.append(f"aoti: out-of-range sizes raised inside the compiled model, not at its input "
+                                   f"checks: {r}")
     data.update(worst)
-    data.update(sizes_checked=sizes, refused=refused)
+    data.update(sizes_checked=sizes, refused=refused, raised_inside=raised)
     data["message"] = (f"compiled in {data['compile_s']:.1f} s; matches {against} on the example and {sizes} "
                        f"boundary sizes; refused {refused} out-of-range inputs")
     return data
