@@ -212,7 +212,9 @@ _AUTOCAST_STRICT = ("strict export records the cast after an autocast region wit
 @pytest.mark.exportable(
     strict=True,
     tags=["patterns", "unsupported", "autocast", "strict"],
-    xfail={"compare": _AUTOCAST_STRICT, "serde": _AUTOCAST_STRICT, "decomp": _AUTOCAST_STRICT},
+    xfail={"compare": _AUTOCAST_STRICT, "serde": _AUTOCAST_STRICT, "decomp": _AUTOCAST_STRICT,
+           "retrace": "the same wrong dtype stops re-exporting ep.module() (strict): 'Tensor dtype mismatch! "
+                      "Expected: torch.float32, Got: torch.bfloat16' in _assert_tensor_metadata"},
 )
 def test_cast_after_autocast_region_strict():
     torch.manual_seed(0)

@@ -58,10 +58,13 @@ def stage_retrace(ctx: Context) -> dict[str, Any]:
             sig = f"({', '.join(inspect.signature(module.forward).parameters)})"
         except (TypeError, ValueError):
             sig = "(unknown)"
+        hint = ""
+        if "dynamic_shapes" in str(exc):
+            hint = (f"\nhint: ep.module().forward takes {sig}, not the original forward's signature; a program that "
+                    f"is re-exported (quantized, partitioned, lowered) needs dynamic_shapes that fit that signature")
         raise StageFailure(
-            f"ep.module() does not export again with the same inputs and dynamic_shapes: {describe_exception(exc)}\n"
-            f"hint: ep.module().forward takes {sig}, not the original forward's signature; a program that is "
-            f"re-exported (quantized, partitioned, lowered) needs dynamic_shapes that fit that signature",
+            f"ep.module() does not export again with the same inputs and dynamic_shapes: {describe_exception(exc)}"
+            + hint,
             exception=type(exc).__name__,
         )
     data: dict[str, Any] = {"nodes": sum(1 for _ in again.graph.nodes)}
