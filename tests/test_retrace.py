@@ -40,6 +40,26 @@ def test_var_positional_forward_exports_but_does_not_re_export():
     assert st.data["exception"] == "UserError"
 
 
+class AutocastThenFloat(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = self.linear(x)
+        return y.float()
+
+
+def test_strict_program_with_a_wrong_recorded_dtype_does_not_re_export():
+    # torch 2.13: strict export records the cast after the autocast region with the wrong input dtype
+    res = pytest_export.check(AutocastThenFloat(), (torch.randn(4, 8),), strict=True)
+    assert res.stages["export"].status == "passed"
+    st = res.stages["retrace"]
+    assert st.status == "failed" and "Tensor dtype mismatch" in st.message
+    assert "hint: ep.module().forward takes" not in st.message  # not a declaration problem
+
+
 def test_the_same_forward_without_a_declaration_re_exports():
     res = pytest_export.check(Sum(), (torch.randn(3), torch.randn(3)))
     assert res.stages["retrace"].status == "passed", res.failure_text()
