@@ -125,3 +125,40 @@ def test_plain():
     assert statuses(cases["test_plain"])["retrace"] == "passed"
     result.assert_outcomes(passed=1, failed=1, xfailed=1)
     result.stdout.fnmatch_lines(["*retrace*failed*does not export again*"])
+
+
+def test_re_exported_program_that_differs_only_at_other_sizes_fails(monkeypatch):
+    class Other(torch.nn.Module):
+        def forward(self, x):
+            rows = torch.arange(x.shape[0], device=x.device).unsqueeze(1)
+            return x * 2 + 1 + (rows >= 4) * 0.5  # the same as Scale at the example's 4 rows, not beyond
+
+    _second_export(monkeypatch, lambda mod, kw: (Other(), kw))
+    res = pytest_export.check(Scale(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("b", min=2, max=16)}})
+    st = res.stages["retrace"]
+    assert st.status == "failed", res.failure_text()
+    assert "disagrees with the first exported program at sizes b=" in st.message
+
+
+@torch.library.custom_op("pytest_export_tests::keep_ten_rows", mutates_args=())
+def keep_ten_rows(x: torch.Tensor) -> torch.Tensor:
+    return x[:10].clone()
+
+
+@keep_ten_rows.register_fake
+def _(x):
+    return torch.empty_like(x)  # wrong above 10 rows
+
+
+class MeanOfKeptRows(torch.nn.Module):
+    def forward(self, x):
+        y = keep_ten_rows(x)
+        return y.sum(0) / y.shape[0]
+
+
+def test_a_program_wrong_at_other_sizes_is_not_retrace_s_finding():
+    # guards and fuzz report the first program's own defect; re-exporting it changes nothing
+    res = pytest_export.check(MeanOfKeptRows(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("r", min=2, max=64)}},
+                              examples=3)
+    assert res.stages["guards"].status == "failed"
+    assert res.stages["retrace"].status == "passed", res.failure_text()
