@@ -57,6 +57,7 @@ def test_default_devices_follow_the_machine(pytester):
     assert sorted(cases_by_name(data)) == expected
 
 
+@pytest.mark.slow
 def test_modes_and_devices_compose(pytester):
     write_cases(pytester, CASES)
     result, data = run_check(pytester, "--export-modes", "non-strict,strict", "--export-devices", "cpu,cuda",

@@ -62,6 +62,7 @@ def test_one_mode_from_ini(pytester):
     assert sorted(cases_by_name(data)) == ["test_twice[strict]"]
 
 
+@pytest.mark.slow
 def test_modes_under_xdist(pytester):
     write_cases(pytester, CASES)
     result, data = run_check(pytester, "--export-modes", "non-strict,strict", "-n", "2", "-k", "tolist")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.export import Dim
 
@@ -126,6 +127,7 @@ def test_str():
     assert "INTERNALERROR" not in result.stdout.str()
 
 
+@pytest.mark.slow
 def test_unflatten_through_the_plugin(pytester):
     write_cases(pytester, '''
 class Block(torch.nn.Module):
