@@ -186,6 +186,7 @@ class ExplicitGenerator(torch.nn.Module):
         "decomp": "a torch.Generator made in forward is lost by run_decompositions(): other numbers are drawn",
         "guards": "the exported program keeps one torch.Generator across calls: from its second call on it "
                   "draws other numbers than eager, which seeds a fresh one per call",
+        "retrace": "a torch.Generator made in forward is lost by re-exporting ep.module(): other numbers are drawn",
     },
 )
 def test_explicit_generator_in_forward():
@@ -211,7 +212,9 @@ _AUTOCAST_STRICT = ("strict export records the cast after an autocast region wit
 @pytest.mark.exportable(
     strict=True,
     tags=["patterns", "unsupported", "autocast", "strict"],
-    xfail={"compare": _AUTOCAST_STRICT, "serde": _AUTOCAST_STRICT, "decomp": _AUTOCAST_STRICT},
+    xfail={"compare": _AUTOCAST_STRICT, "serde": _AUTOCAST_STRICT, "decomp": _AUTOCAST_STRICT,
+           "retrace": "the same wrong dtype stops re-exporting ep.module() (strict): 'Tensor dtype mismatch! "
+                      "Expected: torch.float32, Got: torch.bfloat16' in _assert_tensor_metadata"},
 )
 def test_cast_after_autocast_region_strict():
     torch.manual_seed(0)

@@ -52,6 +52,19 @@ class Case:
         return cls(module, args, dict(kwargs))
 
 
+    def to(self, device: str) -> "Case":
+        """A copy of the case on ``device``: the module deep-copied and moved, every input tensor moved."""
+        import copy
+
+        import torch
+        import torch.utils._pytree as pytree
+
+        module = copy.deepcopy(self.module).to(device)
+        args, kwargs = pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x,
+                                       (self.args, self.kwargs))
+        return Case(module, tuple(args), dict(kwargs))
+
+
 def _short(value: Any) -> str:
     r = repr(value)
     return r if len(r) <= 80 else r[:77] + "..."

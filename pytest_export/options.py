@@ -10,7 +10,7 @@ import dataclasses
 import difflib
 from typing import Any, Callable
 
-STAGES = ("export", "compare", "serde", "decomp", "guards", "fuzz")
+STAGES = ("export", "compare", "serde", "decomp", "guards", "fuzz", "retrace", "unflatten", "cuda", "aoti")
 """Stage names in run order. They are public: reports, baselines and ``xfail`` use them."""
 
 
@@ -103,6 +103,14 @@ def _is_str_or_none(v: Any) -> str | None:
     return None if v is None or isinstance(v, str) else "must be a string or None"
 
 
+def _is_fqns(v: Any) -> str | None:
+    if isinstance(v, str):
+        return "must be a tuple of submodule names, e.g. (\"encoder.layer1\",), not a bare string"
+    if not isinstance(v, (tuple, list)) or not v or not all(isinstance(t, str) and t for t in v):
+        return "must be a non-empty tuple of submodule names (fully qualified, e.g. \"encoder.layer1\")"
+    return None
+
+
 def _is_seed(v: Any) -> str | None:
     if v is None:
         return None
@@ -152,6 +160,13 @@ KEYWORDS: dict[str, Keyword] = {
             "max_size", _is_positive_int, "int | None", None,
             "cap for unbounded Dim maxima while fuzzing (default: --export-max-size)",
         ),
+        Keyword(
+            "preserve_module_call_signature", _is_fqns, "tuple[str, ...]", (),
+            "submodules whose call signature export keeps; runs the `unflatten` stage (unflatten, compare, swap each "
+            "for its eager original)",
+        ),
+        Keyword("aoti", _is_opt_bool, "bool | None", None,
+                "run the `aoti` stage (AOTInductor compile, load, compare) for this case (default: --export-aoti)"),
     ]
 }
 
@@ -172,6 +187,9 @@ class SessionOptions:
     coverage: str | None = None
     summary_md: str | None = None
     diagnose: bool = True
+    aoti: bool = False
+    modes: tuple[str, ...] | None = None  # --export-modes; None: the marker's `strict` decides
+    devices: tuple[str, ...] | None = None  # --export-devices; None: cpu, plus cuda where available
 
 
 @dataclasses.dataclass
@@ -191,6 +209,9 @@ class CaseOptions:
     max_size: int = 64
     timeout: float | None = None
     diagnose: bool = True
+    preserve_module_call_signature: tuple[str, ...] = ()
+    aoti: bool = False
+    device: str = "cpu"  # where the case is exported and compared (--export-devices)
 
     def tolerances(self) -> dict[str, float]:
         if self.rtol is None and self.atol is None:
@@ -227,13 +248,15 @@ def validate_keywords(where: str, args: tuple, kwargs: dict[str, Any]) -> dict[s
 def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
     """Marker keywords over session defaults."""
     opts = CaseOptions(core_aten=session.core_aten, examples=session.examples, max_size=session.max_size,
-                       timeout=session.timeout, diagnose=session.diagnose)
+                       timeout=session.timeout, diagnose=session.diagnose, aoti=session.aoti)
     for key, value in kwargs.items():
         if key == "tags":
             value = (value,) if isinstance(value, str) else tuple(value)
         elif key == "xfail":
             value = dict(value or {})
-        elif key in ("core_aten", "examples", "max_size", "timeout") and value is None:
+        elif key == "preserve_module_call_signature":
+            value = tuple(value)
+        elif key in ("core_aten", "examples", "max_size", "timeout", "aoti") and value is None:
             continue
         setattr(opts, key, value)
     return opts

@@ -13,10 +13,11 @@ import pytest
 
 from . import session as session_mod
 from .options import UsageError, validate_keywords
-from .results import ERROR, XFAILED, CaseResult
+from .results import ERROR, SKIPPED, XFAILED, CaseResult
 
 MARKER = "exportable"
 RESULTS_KEY = pytest.StashKey[list]()
+VARIANT = "_pytest_export_variant"  # the hidden parameter of a case's mode/device items
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,6 +38,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add("--export-examples", "export_examples", "fuzz examples per case (default 25)", metavar="N")
     add("--export-max-size", "export_max_size", "cap for unbounded Dim maxima while fuzzing (default 64)",
         metavar="N")
+    add("--export-modes", "export_modes",
+        "trace every case in each of these modes, each its own item: non-strict, strict (comma-separated; "
+        "default: the marker's `strict`)", metavar="MODE[,MODE]", action="append")
+    add("--export-devices", "export_devices",
+        "export and compare every case on each of these devices, each its own item: cpu, cuda, cuda:N "
+        "(default: cpu, plus cuda where available)", metavar="DEVICE[,DEVICE]", action="append")
+    add("--export-aoti", "export_aoti", "run the `aoti` stage (AOTInductor compile, load, compare) for every case",
+        kind="bool", default=False, action="store_true")
     add("--export-timeout", "export_timeout",
         "time limit in seconds for each case's stages; a case over it is stopped and reported (default: none)",
         metavar="SECONDS")
@@ -93,9 +102,39 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             item.obj = _wrap(item, item.obj)
 
 
+@pytest.hookimpl(trylast=True)  # after the test's own parametrize: its ids come first
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One item per tracing mode and device (--export-modes, --export-devices)."""
+    if metafunc.definition.get_closest_marker(MARKER) is None:
+        return
+    variants = _session(metafunc.config).variants()
+    if variants:
+        metafunc.fixturenames.append(VARIANT)
+        metafunc.parametrize(VARIANT, variants, ids=[v.id for v in variants], indirect=True)
+
+
+@pytest.fixture
+def _pytest_export_variant(request: pytest.FixtureRequest) -> Any:
+    """The (mode, device) of this item of a marked case."""
+    return request.param
+
+
+def _variant(item: pytest.Item) -> Any:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get(VARIANT) if callspec is not None else None
+
+
 def _wrap(item: pytest.Function, func: Any) -> Any:
     @functools.wraps(func)
     def exportable_case(*args: Any, **kwargs: Any) -> None:
+        variant = _variant(item)
+        es = _session(item.config)
+        if variant is not None and variant.on_cuda and not es.cuda_available():
+            reason = (f"CUDA is not available (torch.cuda.is_available() is False): {item.nodeid} runs on "
+                      f"{variant.device} (--export-devices)")
+            _record(item, CaseResult(item.nodeid, outcome=SKIPPED, tags=list(_tags(item)),
+                                     info={"mode": variant.mode, "device": variant.device, "reason": reason}))
+            pytest.skip(reason)
         try:
             value = func(*args, **kwargs)
         except BaseException as exc:
@@ -131,7 +170,15 @@ def _run_marked(item: pytest.Function, value: Any) -> None:
     if not es.options.check:
         es.smoke(where, case)
         return
-    result = es.run(item.nodeid, case, marker.kwargs, Path(item.funcargs["tmp_path"]))
+    keywords, device = dict(marker.kwargs), "cpu"
+    variant = _variant(item)
+    if variant is not None:
+        if variant.mode is not None:
+            keywords["strict"] = variant.mode == "strict"  # --export-modes overrides the marker's strict
+        device = variant.device or "cpu"
+    result = es.run(item.nodeid, case, keywords, Path(item.funcargs["tmp_path"]), device=device)
+    if variant is not None:
+        result.info.update({"mode": "strict" if keywords.get("strict") else "non-strict", "device": device})
     action, text = es.gate(result)
     _record(item, result)
     _warn(result)
@@ -159,6 +206,11 @@ def _warn(result: CaseResult) -> None:
 
 class ExportBaselineWarning(pytest.PytestWarning):
     """A stale --export-baseline entry, reported as a warning under --export-baseline-warn-stale."""
+
+
+def _tags(item: pytest.Item) -> list[str]:
+    tags = item.get_closest_marker(MARKER).kwargs.get("tags", ())
+    return [tags] if isinstance(tags, str) else [t for t in tags if isinstance(t, str)]
 
 
 def _record(item: pytest.Item, result: CaseResult) -> None:

@@ -134,8 +134,10 @@ class Stage:
 class Context:
     """Everything a stage may use; the exported program lives here and is reused by every later stage."""
 
-    def __init__(self, case: Case, options: CaseOptions, nodeid: str, workdir: Path, session: Any = None):
+    def __init__(self, case: Case, options: CaseOptions, nodeid: str, workdir: Path, session: Any = None,
+                 source: Case | None = None):
         self.case = case
+        self.source = source or case  # the case as given (on cpu); ``case`` is its copy on options.device
         self.options = options
         self.nodeid = nodeid
         self.workdir = workdir
@@ -185,6 +187,14 @@ class Context:
             return []
         return [(p.description, *probe_inputs(self, au.model, p)) for p in out_of_range_probes(self, au.model)
                 if p.kind != "small"]
+
+    def export_dynamic_shapes(self) -> Any:
+        """``dynamic_shapes`` as handed to ``torch.export.export`` (every export of this case uses the same)."""
+        dynamic_shapes = self.options.dynamic_shapes
+        if isinstance(dynamic_shapes, torch.export.ShapesCollection):
+            # keyed by the identity of the example tensors: resolve it on the case's own inputs, not the clones
+            dynamic_shapes = dynamic_shapes.dynamic_shapes(self.source.module, self.source.args, self.source.kwargs)
+        return dynamic_shapes
 
     # programs ------------------------------------------------------------------------------
     def module_of(self, ep) -> torch.nn.Module:
@@ -254,15 +264,18 @@ def stage_export(ctx: Context) -> dict[str, Any]:
     if ctx.declaration_error:
         raise StageFailure(f"not exported: {ctx.declaration_error}", exception="UsageError")
     module = ctx.case.module
+    _check_preserved(ctx)
     before = state_snapshot(module)
     args, kwargs = clone_inputs((ctx.case.args, ctx.case.kwargs))
     dynamic_shapes = ctx.options.dynamic_shapes
     try:
-        if isinstance(dynamic_shapes, torch.export.ShapesCollection):
-            # keyed by the identity of the example tensors: resolve it on the case's own inputs, not the clones
-            dynamic_shapes = dynamic_shapes.dynamic_shapes(module, ctx.case.args, ctx.case.kwargs)
+        dynamic_shapes = ctx.export_dynamic_shapes()
+        extra = {}
+        if ctx.options.preserve_module_call_signature:
+            extra["preserve_module_call_signature"] = tuple(ctx.options.preserve_module_call_signature)
         with quiet_trace_logs():
-            ctx.ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=ctx.options.strict)
+            ctx.ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=ctx.options.strict,
+                                         **extra)
     except Exception as exc:
         data: dict[str, Any] = {"exception": type(exc).__name__}
         text = describe_exception(exc) + export_hint(exc)
@@ -303,6 +316,22 @@ class _DropTraceRecords:
     @staticmethod
     def filter(record: Any) -> bool:
         return record.name != "torch.__trace"
+
+
+def _check_preserved(ctx: Context) -> None:
+    """Every ``preserve_module_call_signature`` name must be a submodule (torch raises a bare AttributeError)."""
+    module = ctx.case.module
+    names = [n for n, _ in module.named_modules() if n]
+    for fqn in ctx.options.preserve_module_call_signature:
+        try:
+            module.get_submodule(fqn)
+        except AttributeError:
+            shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "") if names else "none"
+            raise StageFailure(
+                f"not exported: {ctx.nodeid}: preserve_module_call_signature names {fqn!r}, which is no submodule of "
+                f"{type(module).__name__} (submodules: {shown}); give fully qualified submodule names",
+                exception="UsageError",
+            )
 
 
 @contextlib.contextmanager
@@ -455,7 +484,14 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pytest-export-")))
-        ctx = Context(case, options, nodeid, workdir, session)
+        source = case
+        if options.device != "cpu":
+            try:
+                case = case.to(options.device)
+            except Exception as exc:  # noqa: BLE001 - reported as the case's error, never a crash
+                return CaseResult(nodeid, tags=list(options.tags), error=(
+                    f"{nodeid}: could not move the case to {options.device}: {describe_exception(exc)}")).finish()
+        ctx = Context(case, options, nodeid, workdir, session, source=source)
         stack.enter_context(quiet_trace_logs())
         _read_declaration(ctx)
         stages = [s for s in STAGE_REGISTRY if s.enabled(ctx)]
@@ -479,13 +515,19 @@ def _read_declaration(ctx: Context) -> None:
     from .shapes import parse
 
     try:
-        ctx.declaration = parse(ctx.nodeid, ctx.options.dynamic_shapes, ctx.case.module, ctx.case.args,
-                                ctx.case.kwargs)
+        ctx.declaration = parse(ctx.nodeid, ctx.options.dynamic_shapes, ctx.source.module, ctx.source.args,
+                                ctx.source.kwargs)
+        if ctx.case is not ctx.source and ctx.declaration.additional:
+            ctx.declaration.additional = [_on(ctx.options.device, a) for a in ctx.declaration.additional]
     except UsageError as exc:
         ctx.declaration_error = str(exc)
         ctx.audit_problem = "dynamic_shapes does not fit the case"
     except Exception as exc:  # noqa: BLE001 - export reports the real problem; guards and fuzz stand aside
         ctx.audit_problem = f"could not model dynamic_shapes: {describe_exception(exc)}"
+
+
+def _on(device: str, tree: Any) -> Any:
+    return pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, tree)
 
 
 def _record_timeout(ctx: Context, stages: list[Stage], current: Stage | None, exc: CaseTimeout) -> None:
@@ -511,5 +553,6 @@ def smoke(case: Case) -> None:
 
 
 from .stages import fuzz as _fuzz, guards as _guards  # noqa: E402,F401 - they register their stages
+from .stages import retrace as _retrace, unflatten as _unflatten, cuda as _cuda, aoti as _aoti  # noqa: E402,F401
 
 __all__ = ["run_case", "smoke", "register_stage", "Stage", "StageFailure", "Context", "ERROR"]

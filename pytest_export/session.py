@@ -11,6 +11,7 @@ import pytest
 
 from .options import SessionOptions, UsageError, merge
 from .results import ERROR, CaseResult
+from .variants import Variant, parse_devices, parse_modes, variants
 
 SESSION_KEY = pytest.StashKey["ExportSession"]()
 
@@ -43,11 +44,21 @@ def read_session_options(config: pytest.Config) -> SessionOptions:
         coverage=_path_option(config, "export_coverage"),
         summary_md=_path_option(config, "export_summary_md"),
         diagnose=not flag("export_no_diagnose"),
+        aoti=flag("export_aoti"),
+        modes=_list_option(config, "export_modes", parse_modes),
+        devices=_list_option(config, "export_devices", parse_devices),
     )
 
 
 def _path_option(config: pytest.Config, name: str) -> str | None:
     return config.getoption(name) or config.getini(name) or None
+
+
+def _list_option(config: pytest.Config, name: str, parse: Any) -> tuple[str, ...] | None:
+    try:
+        return parse(config.getoption(name) or config.getini(name) or None)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc))
 
 
 def _float_option(config: pytest.Config, name: str) -> float | None:
@@ -75,6 +86,27 @@ class ExportSession:
         self.baseline_messages: list[str] = []
         self._baseline = None
         self._torch_ready = False
+        self._cuda: bool | None = None
+        self._run_tmp: Path | None = None
+
+    def cuda_available(self) -> bool:
+        if self._cuda is None:
+            import torch
+
+            self._cuda = bool(torch.cuda.is_available())
+        return self._cuda
+
+    def variants(self) -> list[Variant]:
+        """The items each marked case becomes under --export-modes / --export-devices (empty: just one)."""
+        if not self.options.check:
+            return []
+        return variants(self.options.modes, self.options.devices, self.cuda_available)
+
+    def run_tmp_dir(self) -> Path:
+        """A temp dir of this run (pytest's basetemp; per worker under xdist) for caches shared by its cases."""
+        if self._run_tmp is None:
+            self._run_tmp = self.config._tmp_path_factory.mktemp("pytest-export")
+        return self._run_tmp
 
     @property
     def is_worker(self) -> bool:
@@ -104,11 +136,12 @@ class ExportSession:
         except Exception as exc:
             pytest.fail(f"{where}: eager forward raised on the example inputs: {describe_exception(exc)}", pytrace=False)
 
-    def run(self, nodeid: str, case: Any, keywords: dict[str, Any], workdir: Path) -> CaseResult:
+    def run(self, nodeid: str, case: Any, keywords: dict[str, Any], workdir: Path, device: str = "cpu") -> CaseResult:
         self._ready()
         from .runner import run_case
 
         options = merge(self.options, keywords)
+        options.device = device
         return run_case(case, options, nodeid=nodeid, workdir=workdir, session=self)
 
     # ---- the baseline (read on every process: workers judge their own cases) ----------------

@@ -345,6 +345,7 @@ def parse(where: str, dynamic_shapes: Any, module: Any, args: tuple, kwargs: dic
         top = k[1].idx if k[0].idx == 0 else None
         head = tops[top][0] if top is not None else k[1].key
         paths.append(head + pytree.keystr(k[2:]))
+    spec = _expand_var_positional(spec, module, args, kwargs)
     if spec is not None:
         if isinstance(spec, dict):
             valid = [t[0] for t in tops]
@@ -373,6 +374,34 @@ def parse(where: str, dynamic_shapes: Any, module: Any, args: tuple, kwargs: dic
     if additional:
         _additional_ranges(p, additional, keys)
     return Declaration(p.roots, p.axes, paths, keys, additional)
+
+
+def _expand_var_positional(spec: Any, module: Any, args: tuple, kwargs: dict) -> Any:
+    """``forward(self, *args)``: torch takes the ``*args`` entry as one tuple (``{"args": (a, b)}``, or that tuple
+    at its position); spread it over the inputs it covers, as ``input_names`` names them (``args[0]``, ...)."""
+    try:
+        sig = inspect.signature(module.forward)
+        bound = sig.bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return spec
+    names = [n for n in sig.parameters if n in bound.arguments]
+    var = next((n for n in names if sig.parameters[n].kind is inspect.Parameter.VAR_POSITIONAL), None)
+    if var is None:
+        return spec
+    count = len(bound.arguments[var])
+    if isinstance(spec, dict) and isinstance(spec.get(var), (list, tuple)) and len(spec[var]) == count:
+        out: dict[str, Any] = {}
+        for key, value in spec.items():
+            if key == var:
+                out.update({f"{var}[{i}]": v for i, v in enumerate(value)})
+            else:
+                out[key] = value
+        return out
+    if isinstance(spec, (list, tuple)) and len(spec) == len(names):
+        at = names.index(var)
+        if isinstance(spec[at], (list, tuple)) and len(spec[at]) == count:
+            return type(spec)([*spec[:at], *spec[at], *spec[at + 1:]])
+    return spec
 
 
 def _additional_ranges(p: _Parser, additional: list, keys: list[str]) -> None:

@@ -1,0 +1,166 @@
+"""Stage ``aoti`` (off by default): AOTInductor compiles the program into a package that loads and computes right.
+
+``torch._inductor.aoti_compile_and_package`` writes the package under the case's own temp dir, with inductor's
+caches (``TORCHINDUCTOR_CACHE_DIR``) and the loader's extraction dir (``TMPDIR``) under the run's temp dir, not
+the user's ``/tmp``; both variables are restored afterwards. ``aoti_load_package`` loads it; the compiled model
+must match eager (or the exported program where ``compare`` failed) on the example and the exported program on
+the boundary sizes of the declared ranges (``strategies``/``shapes`` through the guards' in-range probes), and, with
+``AOTI_RUNTIME_CHECK_INPUTS=1`` (read once per compiled model, at its first call: set for the stage), refuse
+every out-of-range size: max + 1, min - 1, a wrong static size, a broken relation between axes. An input that
+runs to completion is a failure; one refused by a size assertion inside the model rather than by the input
+checks is a warning (``raised_inside``). Compile and load times are reported.
+
+Run it with ``--export-aoti`` or the marker keyword ``aoti=True``; one compile costs seconds to tens of seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..compare import Mismatch
+from ..runner import Context, Observation, Stage, StageFailure, compare_observations, describe_exception, register_stage
+
+REFUSAL = ("input_handles[", "dim value is too", "unmatched dim value", "unmatched dtype", "unmatched device")
+MAX_SIZE_CHECKS = 8
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """Set environment variables for a block and restore them after (unset ones are removed again)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def cache_dir(ctx: Context) -> Path:
+    """Inductor's caches for this run: the session's temp dir (shared by its cases), else the case's workdir."""
+    root = ctx.session.run_tmp_dir() if ctx.session is not None else None
+    path = (root or ctx.workdir) / "inductor-cache"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _call(model: Any, args: tuple, kwargs: dict) -> Observation:
+    import torch
+
+    from ..runner import RUN_SEED, clone_inputs
+
+    a, k = clone_inputs((args, kwargs))
+    torch.manual_seed(RUN_SEED)
+    out = model(*a, **k)
+    return Observation(out, (a, k), {})
+
+
+def stage_aoti(ctx: Context) -> dict[str, Any]:
+    out_dir = ctx.workdir / "aoti"
+    tmp = out_dir / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    cache = cache_dir(ctx)
+    # inductor sets TORCHINDUCTOR_CACHE_DIR itself (to /tmp/torchinductor_<user>) the first time it looks it up
+    # unset, also while loading: the whole stage runs inside the set-up environment, restored after
+    with environment(TORCHINDUCTOR_CACHE_DIR=str(cache), TMPDIR=str(tmp), AOTI_RUNTIME_CHECK_INPUTS="1"):
+        return _compile_load_check(ctx, out_dir, cache)
+
+
+def _compile_load_check(ctx: Context, out_dir: Path, cache: Path) -> dict[str, Any]:
+    import torch
+    import torch._inductor
+
+    t0 = time.perf_counter()
+    try:
+        path = torch._inductor.aoti_compile_and_package(ctx.ep, package_path=str(out_dir / "model.pt2"))
+    except Exception as exc:  # noqa: BLE001
+        raise StageFailure(f"aoti_compile_and_package raised: {describe_exception(exc)}", exception=type(exc).__name__,
+                           compile_s=round(time.perf_counter() - t0, 3))
+    data: dict[str, Any] = {"compile_s": round(time.perf_counter() - t0, 3),
+                            "package_bytes": os.path.getsize(path), "cache_dir": str(cache)}
+    t1 = time.perf_counter()
+    try:
+        model = torch._inductor.aoti_load_package(path)
+    except Exception as exc:  # noqa: BLE001
+        raise StageFailure(f"aoti_load_package raised: {describe_exception(exc)}", **data)
+    data["load_s"] = round(time.perf_counter() - t1, 3)
+    return _check(ctx, model, data)
+
+
+def _check(ctx: Context, model: Any, data: dict[str, Any]) -> dict[str, Any]:
+    exported_ok = ctx.result.stage_status("compare") == "passed"
+    against = "eager" if exported_ok else "the exported program (compare failed)"
+
+    def reference(args: tuple, kwargs: dict) -> Observation:
+        if exported_ok:
+            return ctx.eager_on(args, kwargs)
+        return ctx.program_on(ctx.ep, args, kwargs)
+
+    def outputs_only(obs: Observation) -> Observation:
+        # the compiled model returns outputs; mutated inputs and buffers are not part of its interface
+        return Observation(obs.outputs, obs.inputs, {})
+
+    def check(label: str, args: tuple, kwargs: dict, example: bool) -> dict[str, float]:
+        try:
+            got = _call(model, args, kwargs)
+        except Exception as exc:  # noqa: BLE001
+            raise StageFailure(f"the AOTInductor model raised on {label}: {describe_exception(exc)}", **data)
+        # at other sizes the reference is the compiled program: its own defects there are guards' and fuzz's
+        ref, what = (reference, against) if example else (lambda a, k: ctx.program_on(ctx.ep, a, k), "the exported program")
+        want = outputs_only(ref(args, kwargs))
+        try:
+            return compare_observations(Observation(got.outputs, want.inputs, {}), want, ctx.options)
+        except Mismatch as exc:
+            raise StageFailure(f"the AOTInductor model disagrees with {what} on {label}:\n{exc}",
+                               errors=exc.errors, **exc.worst(), **data)
+
+    worst = check("the example inputs", ctx.case.args, ctx.case.kwargs, True)
+    sizes = 0
+    for named, a, k in [p for p in ctx.in_range_inputs() if p[0]][:MAX_SIZE_CHECKS]:
+        label = "sizes " + ", ".join(f"{n}={v}" for n, v in named.items())
+        try:
+            ctx.program_on(ctx.ep, a, k)
+        except Exception:  # noqa: BLE001 - the exported program refuses these sizes: guards reports it
+            continue
+        errs = check(label, a, k, False)
+        worst = {key: max(worst[key], errs[key]) for key in worst}
+        sizes += 1
+    refused = 0
+    raised: list[str] = []
+    for description, a, k in ctx.out_of_range_inputs():
+        try:
+            _call(model, a, k)
+        except Exception as exc:  # noqa: BLE001
+            refused += 1
+            if not any(r in str(exc) for r in REFUSAL):
+                # not the input checks but a size assertion inside the model (torch 2.13: a broken relation
+                # between two inputs' axes is not among the input checks); it still returns nothing wrong
+                first = describe_exception(exc, 300).splitlines()[0]
+                raised.append(f"{description}: {first}")
+            continue
+        raise StageFailure(f"the AOTInductor model accepted out-of-range sizes {description} with "
+                           "AOTI_RUNTIME_CHECK_INPUTS=1: its input checks do not enforce the declared range", **data)
+    for r in raised:
+        ctx.result.warnings.append(f"aoti: out-of-range sizes raised inside the compiled model, not at its input "
+                                   f"checks: {r}")
+    data.update(worst)
+    data.update(sizes_checked=sizes, refused=refused, raised_inside=raised)
+    data["message"] = (f"compiled in {data['compile_s']:.1f} s; matches {against} on the example and the exported "
+                       f"program on {sizes} boundary sizes; refused {refused} out-of-range inputs")
+    return data
+
+
+def _enabled(ctx: Context) -> bool:
+    return ctx.options.aoti
+
+
+register_stage(Stage("aoti", stage_aoti, needs=("eager", "export"), enabled=_enabled), after="cuda")
+
+__all__ = ["stage_aoti", "environment", "cache_dir"]
