@@ -132,6 +132,61 @@ def test_size_one_below_the_min_accepted_where_eager_rejects_is_a_warning_not_a_
     assert kinds == {"small"}
 
 
+# a custom op whose real kernel treats one row specially (squeeze(0)); its fake kernel does not
+@torch.library.custom_op("pytest_export_tests::squeeze_rows", mutates_args=())
+def squeeze_rows(x: torch.Tensor) -> torch.Tensor:
+    return x.squeeze(0).clone()
+
+
+@squeeze_rows.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class RowsThroughSqueeze(torch.nn.Module):
+    def forward(self, x):
+        y = squeeze_rows(x)
+        return y.reshape(y.shape[0], -1).sum(-1)
+
+
+def test_size_one_accepted_with_a_wrong_output_is_a_warning():
+    res = check(RowsThroughSqueeze(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("b", min=2, max=8)}})
+    assert res.outcome == "passed", res.failure_text()
+    (warning,) = res.warnings
+    assert warning.startswith("accepted but wrong at out-of-range sizes b=1 (below the min; torch lets 0 and 1 "
+                              "through by design): output")
+    (finding,) = res.stages["guards"].data["findings"]
+    assert finding["kind"] == "small" and finding["program"] == "accepted"
+
+
+def _unchecked(self, ep):
+    """A program that lost its input checks (guards and the input-constraint pre-hook)."""
+    mod = ep.module(check_guards=False)
+    mod._forward_pre_hooks.clear()
+    return mod
+
+
+def test_an_unchecked_derived_relation_accepted_with_a_wrong_output_is_a_failure(monkeypatch):
+    class Parity(torch.nn.Module):
+        def forward(self, x):
+            if x.shape[0] % 2 == 0:  # export knows 2*n is even: no branch left in the program
+                return x * 2
+            return x * 3
+
+    from pytest_export.runner import Context
+
+    n = Dim("n", min=2, max=16)
+    clean = check(Parity(), (torch.randn(8),), dynamic_shapes={"x": {0: 2 * n}})
+    assert clean.outcome == "passed", clean.failure_text()  # torch 2.13 guards the evenness itself
+
+    monkeypatch.setattr(Context, "module_of", _unchecked)
+    res = check(Parity(), (torch.randn(8),), dynamic_shapes={"x": {0: 2 * n}})
+    guards = res.stages["guards"]
+    assert guards.status == "failed"
+    assert "accepted but wrong at out-of-range sizes x.shape[0]=9, breaking its relation 2*n with n=4" in guards.message
+    assert [f["kind"] for f in guards.data["findings"]] == ["relation"]
+
+
 def test_out_of_range_sizes_are_probed_and_refused():
     n = Dim("n", min=2, max=16)
 
@@ -156,12 +211,7 @@ def test_accepted_but_wrong_out_of_range_is_a_failure(monkeypatch):
 
     from pytest_export.runner import Context
 
-    def unchecked(self, ep):
-        mod = ep.module(check_guards=False)
-        mod._forward_pre_hooks.clear()  # the input-constraint check
-        return mod
-
-    monkeypatch.setattr(Context, "module_of", unchecked)
+    monkeypatch.setattr(Context, "module_of", _unchecked)
     res = check(ZerosLikeRow(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("b", min=2, max=8)}})
     guards = res.stages["guards"]
     assert guards.status == "failed"

@@ -92,8 +92,8 @@ def out_of_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
             example_sizes = model.sizes(base)
             for flat, dim, e in related[:MAX_RELATION_PROBES]:
                 size = example_sizes[flat][dim] + 1
-                out.append(Probe(f"{_label(ctx, flat, dim)}={size}, breaking its relation {e} with "
-                                 f"{names}={base[v.symbol]}", base, {(flat, dim): size}, "relation"))
+                out.append(Probe(f"{_label(ctx, flat, dim)}={size}, breaking its relation {_declared_form(e, model)} "
+                                 f"with {names}={base[v.symbol]}", base, {(flat, dim): size}, "relation"))
     static = 0
     example_sizes = model.sizes(base)
     for flat, axes in model.shapes.items():
@@ -104,6 +104,22 @@ def out_of_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
                                  {(flat, dim): e + 1}, "static"))
     _ = example_sizes
     return out
+
+
+def _declared_form(e: Any, model: FuzzModel) -> str:
+    """``2*s77`` as the user wrote it: ``2*n``."""
+    import sympy
+
+    subs = {model.symbols[v.symbol]: sympy.Symbol(v.names[0]) for v in model.vars if v.names}
+    return str(e.xreplace(subs))
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    out = lines[0] if lines else ""
+    if out.endswith(":") and len(lines) > 1:
+        out += " " + lines[1]
+    return out if len(out) <= limit else out[: limit - 3] + "..."
 
 
 def probe_inputs(ctx: Context, model: FuzzModel, probe: Probe, builder: Any = None) -> tuple[tuple, dict]:
@@ -165,7 +181,7 @@ def stage_guards(ctx: Context) -> dict[str, Any]:
             if (got.status == ACCEPTED) != (expected == ACCEPTED):
                 failures.append(f"the reloaded ({label}) program {got.status} sizes {probe.description}, which the "
                                 f"exported program {expected}: save/load changed the guards")
-    ctx.result.warnings.extend(w.splitlines()[0] for w in warnings)
+    ctx.result.warnings.extend(_one_line(w) for w in warnings)
     data = {"probes": len(probes), "accepted": verdicts.count(ACCEPTED), "refused": len(probes) - verdicts.count(ACCEPTED),
             "findings": [r for r in records if "finding" in r], "warnings": warnings}
     if failures:
