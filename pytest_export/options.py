@@ -190,6 +190,7 @@ class SessionOptions:
     aoti: bool = False
     modes: tuple[str, ...] | None = None  # --export-modes; None: the marker's `strict` decides
     devices: tuple[str, ...] | None = None  # --export-devices; None: cpu, plus cuda where available
+    skip_stages: tuple[str, ...] = ()  # --export-skip-stages
 
 
 @dataclasses.dataclass
@@ -212,11 +213,26 @@ class CaseOptions:
     preserve_module_call_signature: tuple[str, ...] = ()
     aoti: bool = False
     device: str = "cpu"  # where the case is exported and compared (--export-devices)
+    skip_stages: tuple[str, ...] = ()  # stages not run (--export-skip-stages)
 
     def tolerances(self) -> dict[str, float]:
         if self.rtol is None and self.atol is None:
             return {}
         return {"rtol": self.rtol or 0.0, "atol": self.atol or 0.0}
+
+
+SKIPPABLE = tuple(s for s in STAGES if s != "export")
+
+
+def parse_skip_stages(value: Any) -> tuple[str, ...]:
+    """``--export-skip-stages guards,fuzz`` -> ("guards", "fuzz"); ValueError naming the choices."""
+    parts: list[str] = []
+    for chunk in value if isinstance(value, (list, tuple)) else ([value] if value else []):
+        parts += [p.strip() for p in str(chunk).split(",") if p.strip()]
+    for p in parts:
+        if p not in SKIPPABLE:
+            raise ValueError(f"--export-skip-stages: unknown or required stage {p!r}; valid: {', '.join(SKIPPABLE)}")
+    return tuple(dict.fromkeys(parts))
 
 
 def _suggest(key: str) -> str:
@@ -248,7 +264,8 @@ def validate_keywords(where: str, args: tuple, kwargs: dict[str, Any]) -> dict[s
 def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
     """Marker keywords over session defaults."""
     opts = CaseOptions(core_aten=session.core_aten, examples=session.examples, max_size=session.max_size,
-                       timeout=session.timeout, diagnose=session.diagnose, aoti=session.aoti)
+                       timeout=session.timeout, diagnose=session.diagnose, aoti=session.aoti,
+                       skip_stages=tuple(session.skip_stages))
     for key, value in kwargs.items():
         if key == "tags":
             value = (value,) if isinstance(value, str) else tuple(value)

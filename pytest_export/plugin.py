@@ -44,6 +44,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add("--export-devices", "export_devices",
         "export and compare every case on each of these devices, each its own item: cpu, cuda, cuda:N "
         "(default: cpu, plus cuda where available)", metavar="DEVICE[,DEVICE]", action="append")
+    add("--export-skip-stages", "export_skip_stages",
+        "do not run these stages (comma-separated, e.g. fuzz,guards); they are reported as skipped",
+        metavar="STAGE[,STAGE]", action="append")
     add("--export-aoti", "export_aoti", "run the `aoti` stage (AOTInductor compile, load, compare) for every case",
         kind="bool", default=False, action="store_true")
     add("--export-timeout", "export_timeout",

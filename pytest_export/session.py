@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from .options import SessionOptions, UsageError, merge
+from .options import SessionOptions, UsageError, merge, parse_skip_stages
 from .results import ERROR, CaseResult
 from .variants import Variant, parse_devices, parse_modes, variants
 
@@ -47,6 +47,7 @@ def read_session_options(config: pytest.Config) -> SessionOptions:
         aoti=flag("export_aoti"),
         modes=_list_option(config, "export_modes", parse_modes),
         devices=_list_option(config, "export_devices", parse_devices),
+        skip_stages=_list_option(config, "export_skip_stages", parse_skip_stages) or (),
     )
 
 

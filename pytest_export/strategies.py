@@ -100,7 +100,9 @@ def build_inputs(model: FuzzModel, values: dict[str, int], args: tuple, kwargs: 
     import torch.utils._pytree as pytree
 
     if builder is not None:
-        torch.manual_seed(seed)
+        from .runner import seed_all
+
+        seed_all(seed)
         return normalize_built(builder(dict(named if named is not None else model.named(values)), args, kwargs))
     sizes = model.sizes(values)
     for (flat_i, dim), size in (override or {}).items():

@@ -52,12 +52,10 @@ def cache_dir(ctx: Context) -> Path:
 
 
 def _call(model: Any, args: tuple, kwargs: dict) -> Observation:
-    import torch
-
-    from ..runner import RUN_SEED, clone_inputs
+    from ..runner import RUN_SEED, clone_inputs, seed_all
 
     a, k = clone_inputs((args, kwargs))
-    torch.manual_seed(RUN_SEED)
+    seed_all(RUN_SEED)
     out = model(*a, **k)
     return Observation(out, (a, k), {})
 
