@@ -15,7 +15,7 @@ from typing import Any
 
 from ..runner import Context, Stage, StageFailure, StageSkip, describe_exception, register_stage
 from ..strategies import BuilderError, assignments, boundary_assignments, build_inputs, shapes_of
-from .probing import ACCEPTED, REFUSED, mismatch, run_eager, run_program
+from .probing import in_range_problem, run_program
 
 _BLOB = re.compile(r"reproduce_failure\(\s*'[^']*'\s*,\s*b'([^']+)'\s*\)")
 
@@ -59,19 +59,7 @@ def stage_fuzz(ctx: Context) -> dict[str, Any]:
                 raise
             raise StageFailure(f"input_builder raised for sizes {named}: {describe_exception(exc)}")
         got = run_program(ctx, ctx.ep, args, kwargs)
-        problem = None
-        if got.status != ACCEPTED:
-            what = "refused" if got.status == REFUSED else "raised on"
-            problem = f"the program {what} in-range sizes: {got.message}"
-        else:
-            want = run_eager(ctx, args, kwargs)
-            if want.status != ACCEPTED:
-                problem = (f"eager raised on in-range sizes (the declared range is wider than the model supports, "
-                           f"or the case needs an input_builder): {want.message}")
-            else:
-                problem = mismatch(ctx, got.observation, want.observation)
-                if problem:
-                    problem = "the exported program disagrees with eager:\n" + problem
+        problem = in_range_problem(ctx, got, args, kwargs, wrong="the exported program disagrees with eager")
         if problem:
             state["failure"] = {"sizes": named, "symbols": dict(values), "shapes": shapes_of(args, kwargs, ctx.declaration.paths),
                                 "seed": seed, "error": problem}

@@ -15,7 +15,7 @@ from typing import Any
 from ..runner import Context, Stage, StageFailure, StageSkip, register_stage
 from ..shapes import FuzzModel
 from ..strategies import build_inputs
-from .probing import ACCEPTED, REFUSED, mismatch, run_eager, run_program
+from .probing import ACCEPTED, in_range_problem, mismatch, run_eager, run_program
 
 PROBE_SEED = 1234
 MAX_RELATION_PROBES = 4
@@ -147,18 +147,9 @@ def stage_guards(ctx: Context) -> dict[str, Any]:
         rec = {"probe": probe.description, "kind": probe.kind, "program": got.status}
         records.append(rec)
         if probe.in_range:
-            if got.status != ACCEPTED:
-                what = "refused" if got.status == REFUSED else "raised on"
-                failures.append(f"the program {what} in-range sizes {probe.description}: {got.message}")
-                continue
-            want = run_eager(ctx, args, kwargs)
-            if want.status != ACCEPTED:
-                failures.append(f"eager raised on in-range sizes {probe.description} (the declared range is wider "
-                                f"than the model supports, or the case needs an input_builder): {want.message}")
-                continue
-            bad = mismatch(ctx, got.observation, want.observation)
-            if bad:
-                failures.append(f"accepted but wrong at in-range sizes {probe.description}:\n{bad}")
+            problem = in_range_problem(ctx, got, args, kwargs, at=probe.description)
+            if problem:
+                failures.append(problem)
             continue
         if got.status != ACCEPTED:
             continue  # refused (or raised on) an out-of-range input: as promised

@@ -43,3 +43,21 @@ def mismatch(ctx: Context, got: Observation, want: Observation) -> str | None:
     except Mismatch as exc:
         return str(exc)
     return None
+
+
+def in_range_problem(ctx: Context, got: Verdict, args: tuple, kwargs: dict, at: str = "",
+                     wrong: str | None = None) -> str | None:
+    """What is wrong with the program's verdict on an in-range input: refused or raised, eager raising
+    (the declaration promises more than the model supports), or an output unlike eager's; None if right."""
+    where = f" {at}" if at else ""
+    if got.status != ACCEPTED:
+        what = "refused" if got.status == REFUSED else "raised on"
+        return f"the program {what} in-range sizes{where}: {got.message}"
+    want = run_eager(ctx, args, kwargs)
+    if want.status != ACCEPTED:
+        return (f"eager raised on in-range sizes{where} (the declared range is wider than the model supports, "
+                f"or the case needs an input_builder): {want.message}")
+    bad = mismatch(ctx, got.observation, want.observation)
+    if bad:
+        return f"{wrong or f'accepted but wrong at in-range sizes{where}'}:\n{bad}"
+    return None

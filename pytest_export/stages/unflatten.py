@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..compare import Mismatch
-from ..runner import Context, Stage, StageFailure, StageSkip, compare_observations, describe_exception, observe, register_stage
+from ..runner import Context, Stage, StageFailure, StageSkip, describe_exception, observe, register_stage
+from .probing import mismatch
 
 
 def _run(ctx: Context, module: Any) -> Any:
@@ -20,11 +20,7 @@ def _run(ctx: Context, module: Any) -> Any:
 
 
 def _differs(ctx: Context, got: Any, want: Any) -> str | None:
-    try:
-        compare_observations(got, want, ctx.options)
-    except Mismatch as exc:
-        return str(exc)
-    return None
+    return mismatch(ctx, got, want)
 
 
 def stage_unflatten(ctx: Context) -> dict[str, Any]:
