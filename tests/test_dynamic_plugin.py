@@ -60,7 +60,7 @@ def _write(pytester, replay: str = "") -> None:
 
 def test_report_carries_the_audit_the_fuzz_counterexample_and_the_warnings(pytester):
     _write(pytester)
-    result, data = run_check(pytester, "--export-examples", "8", "-k", "not band")
+    result, data = run_check(pytester, "--export-examples", "8", "-k", "not band", "--hypothesis-seed", "0")
     result.assert_outcomes(passed=2, failed=1)
     cases = cases_by_name(data)
 
@@ -98,7 +98,7 @@ def test_export_warnings_can_be_made_errors(pytester):
 
 def test_reproduce_blob_from_the_report_replays_the_failure(pytester):
     _write(pytester)
-    _, data = run_check(pytester, "--export-examples", "8", "-k", "even")
+    _, data = run_check(pytester, "--export-examples", "8", "-k", "even", "--hypothesis-seed", "0")
     blob = cases_by_name(data)["test_even_only"]["stages"]["fuzz"]["counterexample"]["reproduce"]
     assert blob
     shutil.rmtree(pytester.path / ".hypothesis", ignore_errors=True)  # replay from the blob, not the database
@@ -146,8 +146,10 @@ def test_none():
 
 def test_guards_and_fuzz_agree_under_xdist(pytester):
     _write(pytester)
-    _, serial = run_check(pytester, "--export-examples", "6", "-k", "not band", report="serial.json")
-    result, parallel = run_check(pytester, "--export-examples", "6", "-k", "not band", "-n", "2", report="parallel.json")
+    # a fixed seed: both runs search the same sizes, wherever Hypothesis' database lives in each process
+    args = ("--export-examples", "12", "-k", "not band", "--hypothesis-seed", "0")
+    _, serial = run_check(pytester, *args, report="serial.json")
+    result, parallel = run_check(pytester, *args, "-n", "2", report="parallel.json")
     result.assert_outcomes(passed=2, failed=1)
 
     def essentials(data):
