@@ -319,14 +319,6 @@ def stage_export(ctx: Context) -> dict[str, Any]:
     return data
 
 
-class _DropTraceRecords:
-    """A handler filter that drops torch's structured-trace records and lets every other record through."""
-
-    @staticmethod
-    def filter(record: Any) -> bool:
-        return record.name != "torch.__trace"
-
-
 def _check_preserved(ctx: Context) -> None:
     """Every ``preserve_module_call_signature`` name must be a submodule (torch raises a bare AttributeError)."""
     module = ctx.case.module
@@ -349,8 +341,9 @@ def quiet_trace_logs():
 
     torch's own logging set-up makes this logger non-propagating, but only once it first runs, which can be
     in the middle of the first export; set the intended state up front. pytest (9) also attaches its capture
-    handlers to every non-propagating logger directly, so those handlers drop the trace records while a case
-    runs; torch's own trace handlers (draft_export reads its findings from one) still see them.
+    handlers to every non-propagating logger directly. torch builds a trace record (graph dumps, stacks)
+    whenever the logger has any handler, so those handlers are detached while a case runs: no record is
+    built for nobody. torch's own trace handlers (``TORCH_TRACE``; draft_export adds its own) stay.
     """
     import logging
 
@@ -358,14 +351,15 @@ def quiet_trace_logs():
 
     logger = logging.getLogger("torch.__trace")
     logger.propagate = False
-    handlers = [h for h in logger.handlers if not isinstance(h, LazyTraceHandler)]
-    for h in handlers:
-        h.addFilter(_DropTraceRecords)
+    detached = [h for h in logger.handlers if not isinstance(h, LazyTraceHandler)]
+    for h in detached:
+        logger.removeHandler(h)
     try:
         yield
     finally:
-        for h in handlers:
-            h.removeFilter(_DropTraceRecords)
+        for h in detached:
+            if h not in logger.handlers:
+                logger.addHandler(h)
 
 
 _HINTS = {
