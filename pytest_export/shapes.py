@@ -508,7 +508,6 @@ def _range_of(ep: Any, e: Any) -> tuple[int, int | None] | None:
 
 def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: int = 64) -> Audit:
     """Declared vs achieved, per declared axis; the failures and warnings it implies; the model to fuzz."""
-    import sympy
     import torch
 
     got = _placeholder_values(ep)
@@ -605,7 +604,6 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
         peers = [lbl for lbl in by_sym.get(str(row.get("achieved")), []) if lbl != ax.label]
         if peers:
             row["equal_to"] = peers
-    _ = sympy
     return Audit(rows, failures, warnings, FuzzModel(out_vars, shapes, symbols))
 
 

@@ -68,6 +68,7 @@ def in_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
 
 def out_of_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
     base = model.example_values()
+    example_sizes = model.sizes(base)
     out: list[Probe] = []
     axes_of: dict[str, list[tuple[int, int | None, Any]]] = {}
     for flat, axes in model.shapes.items():
@@ -89,20 +90,17 @@ def out_of_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
                                      {**base, v.symbol: small}, {}, "small"))
         related = axes_of.get(v.symbol, [])
         if len(related) > 1 or any(e != model.symbols[v.symbol] for _, _, e in related):
-            example_sizes = model.sizes(base)
             for flat, dim, e in related[:MAX_RELATION_PROBES]:
                 size = example_sizes[flat][dim] + 1
                 out.append(Probe(f"{_label(ctx, flat, dim)}={size}, breaking its relation {_declared_form(e, model)} "
                                  f"with {names}={base[v.symbol]}", base, {(flat, dim): size}, "relation"))
     static = 0
-    example_sizes = model.sizes(base)
     for flat, axes in model.shapes.items():
         for dim, e in axes.items():
             if dim is not None and isinstance(e, int) and static < MAX_STATIC_PROBES:
                 static += 1
                 out.append(Probe(f"{_label(ctx, flat, dim)}={e + 1} (static axis of size {e})", base,
                                  {(flat, dim): e + 1}, "static"))
-    _ = example_sizes
     return out
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runner import Context, Stage, StageFailure, StageSkip, describe_exception, observe, register_stage
+from ..runner import Context, Stage, StageFailure, describe_exception, observe, register_stage
 from .probing import mismatch
 
 
