@@ -81,6 +81,17 @@ def pytest_configure(config: pytest.Config) -> None:
     es = session_mod.ExportSession(config)
     config.stash[session_mod.SESSION_KEY] = es
     config.pluginmanager.register(es, "pytest-export-session")
+    if not es.options.check and not hasattr(config, "workerinput"):
+        given = [f"--{name.replace('_', '-')}" for name in NEEDS_CHECK if config.getoption(name)]
+        if given:
+            config.issue_config_time_warning(pytest.PytestConfigWarning(
+                f"{', '.join(given)} {'has' if len(given) == 1 else 'have'} no effect without --export-check: "
+                "no case is exported, so nothing is gated, reported or varied; add --export-check"), stacklevel=2)
+
+
+# options that act only on the cases --export-check runs (the rest also set up the `export_check` fixture)
+NEEDS_CHECK = ("export_report", "export_baseline", "export_baseline_update", "export_baseline_warn_stale",
+               "export_coverage", "export_summary_md", "export_modes", "export_devices")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

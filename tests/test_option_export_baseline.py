@@ -180,3 +180,18 @@ def test_gate_under_xdist(suite, monkeypatch):
     assert r.ret == 1
     r.stdout.fnmatch_lines(["*new: test_cases.py::test_new_broken: new failure in compare*",
                             "*stale: remove it: non-core op aten._native_batch_norm_legit_functional.default*"])
+
+
+def test_gate_options_without_export_check_warn_that_nothing_is_gated(suite):
+    """A CI line that forgot --export-check must not pass silently as if it gated something."""
+    r = suite.runpytest("-p", "no:cacheprovider", "-p", "no:xdist", "--export-baseline", "baseline.json",
+                        "--export-report", "r.json")
+    r.stdout.fnmatch_lines(["*PytestConfigWarning: --export-report, --export-baseline have no effect without "
+                            "--export-check*add --export-check*"])
+    assert not (suite.path / "r.json").exists()
+    r = suite.runpytest("-p", "no:cacheprovider", "-p", "no:xdist", "--export-baseline", "baseline.json",
+                        "-W", "error::pytest.PytestConfigWarning")
+    assert r.ret != 0
+    r = suite.runpytest("-p", "no:cacheprovider", "-p", "no:xdist", "--export-check", "--export-baseline",
+                        "baseline.json", "--export-baseline-update")
+    assert "no effect without" not in r.stdout.str()
