@@ -1,0 +1,67 @@
+"""compare_trees agrees with torch.testing.assert_close on every pair of leaves, fast path included."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from pytest_export.compare import Mismatch, compare_trees
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool]
+
+
+@st.composite
+def pairs(draw):
+    shape = tuple(draw(st.lists(st.integers(0, 4), max_size=3)))
+    dtype = draw(st.sampled_from(DTYPES))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    base = (torch.randn(shape, generator=gen) * 4).to(dtype)
+    change = draw(st.sampled_from(["same", "copy", "nudge", "nan", "dtype", "shape", "noncontiguous"]))
+    other = base.clone()
+    if change == "nudge" and base.numel():
+        other = other.clone()
+        other.view(-1)[0] = other.view(-1)[0] + (1 if dtype != torch.bool else True)
+    elif change == "nan" and base.is_floating_point() and base.numel():
+        base = base.clone()
+        base.view(-1)[0] = float("nan")
+        other = base.clone() if draw(st.booleans()) else other
+    elif change == "dtype":
+        other = other.to(torch.float16 if dtype != torch.float16 else torch.float32)
+    elif change == "shape":
+        other = other.reshape(-1) if base.dim() != 1 else other.unsqueeze(0)
+    elif change == "noncontiguous" and base.dim() >= 2:
+        other = other.transpose(0, 1).contiguous().transpose(0, 1)
+    elif change == "same":
+        other = base
+    return other, base
+
+
+@settings(max_examples=300, deadline=None)
+@given(pairs())
+def test_compare_trees_fails_exactly_where_assert_close_does(pair):
+    actual, expected = pair
+    try:
+        torch.testing.assert_close(actual, expected, equal_nan=True)
+        want_ok = True
+    except AssertionError:
+        want_ok = False
+    try:
+        errs = compare_trees({"y": actual}, {"y": expected})
+        got_ok = True
+    except Mismatch:
+        got_ok = False
+    assert got_ok == want_ok
+    if got_ok:
+        assert errs["max_abs_error"] >= 0 and errs["max_rel_error"] >= 0
+
+
+def test_identical_leaves_report_zero_error_and_different_ones_their_error():
+    x = torch.linspace(1, 2, 5)
+    assert compare_trees((x, x.clone()), (x, x)) == {"max_abs_error": 0.0, "max_rel_error": 0.0}
+    y = x.clone()
+    y[2] += 1e-6
+    errs = compare_trees(y, x)
+    assert errs["max_abs_error"] == pytest.approx(1e-6, rel=0.5)
+    with pytest.raises(Mismatch, match=r"output: max abs error 0\.5"):
+        compare_trees(x + 0.5, x)
