@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from . import session as session_mod
-from .options import UsageError, validate_keywords
-from .results import ERROR, SKIPPED, XFAILED, CaseResult
+
+# options, results, runner and torch are imported where a case needs them, not when pytest loads the plugin
 
 MARKER = "exportable"
 RESULTS_KEY = pytest.StashKey[list]()
@@ -81,7 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
     es = session_mod.ExportSession(config)
     config.stash[session_mod.SESSION_KEY] = es
     config.pluginmanager.register(es, "pytest-export-session")
-    if not es.options.check and not hasattr(config, "workerinput"):
+    if not es.check and not hasattr(config, "workerinput"):
         given = [f"--{name.replace('_', '-')}" for name in NEEDS_CHECK if config.getoption(name)]
         if given:
             config.issue_config_time_warning(pytest.PytestConfigWarning(
@@ -146,13 +146,17 @@ def _wrap(item: pytest.Function, func: Any) -> Any:
         if variant is not None and variant.on_cuda and not es.cuda_available():
             reason = (f"CUDA is not available (torch.cuda.is_available() is False): {item.nodeid} runs on "
                       f"{variant.device} (--export-devices)")
+            from .results import SKIPPED, CaseResult
+
             _record(item, CaseResult(item.nodeid, outcome=SKIPPED, tags=list(_tags(item)),
                                      info={"mode": variant.mode, "device": variant.device, "reason": reason}))
             pytest.skip(reason)
         try:
             value = func(*args, **kwargs)
         except BaseException as exc:
-            if _session(item.config).options.check and isinstance(exc, Exception):
+            if _session(item.config).check and isinstance(exc, Exception):
+                from .results import ERROR, CaseResult
+
                 _record(item, CaseResult(
                     item.nodeid, outcome=ERROR,
                     error=f"{item.nodeid}: the test raised while building its case: {type(exc).__name__}: {exc}",
@@ -168,6 +172,9 @@ def _where(item: pytest.Item) -> str:
 
 
 def _run_marked(item: pytest.Function, value: Any) -> None:
+    from .options import UsageError, validate_keywords
+    from .results import ERROR, XFAILED, CaseResult
+
     es = _session(item.config)
     marker = item.get_closest_marker(MARKER)
     where = _where(item)
@@ -178,10 +185,10 @@ def _run_marked(item: pytest.Function, value: Any) -> None:
     except UsageError as exc:
         problem = str(exc)
     if problem is not None:
-        if es.options.check:
+        if es.check:
             _record(item, CaseResult(item.nodeid, outcome=ERROR, error=problem))
         pytest.fail(problem, pytrace=False)
-    if not es.options.check:
+    if not es.check:
         es.smoke(where, case)
         return
     keywords, device = dict(marker.kwargs), "cpu"
@@ -209,7 +216,7 @@ def _run_marked(item: pytest.Function, value: Any) -> None:
                                if s.status == XFAILED))
 
 
-def _warn(result: CaseResult) -> None:
+def _warn(result: "CaseResult") -> None:
     import warnings
 
     from .options import ExportWarning
@@ -227,14 +234,14 @@ def _tags(item: pytest.Item) -> list[str]:
     return [tags] if isinstance(tags, str) else [t for t in tags if isinstance(t, str)]
 
 
-def _record(item: pytest.Item, result: CaseResult) -> None:
+def _record(item: pytest.Item, result: "CaseResult") -> None:
     item.stash.setdefault(RESULTS_KEY, []).append(result)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
-    results = item.stash.get(RESULTS_KEY, None)
-    if results and call.when == "call":
+    results = item.stash.get(RESULTS_KEY, None) if call.when == "call" else None
+    if results:
         # on the item, like record_property: the call and teardown reports copy them (JUnit XML reads teardown's)
         for i, r in enumerate(results):
             prefix = "export" if i == 0 else f"export#{i + 1}"
@@ -242,18 +249,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
                 item.user_properties.append((f"{prefix}.{name}", stage.status))
             item.user_properties.append((f"{prefix}.outcome", r.outcome))
     report = yield
-    if call.when == "setup" and item.get_closest_marker(MARKER) is not None and _session(item.config).options.check:
+    if call.when == "setup" and _session(item.config).check and item.get_closest_marker(MARKER) is not None:
         # sent ahead of the call, so the controller can report the case if its worker dies running it
         tags = item.get_closest_marker(MARKER).kwargs.get("tags") or []
         report.export_case = {"tags": [tags] if isinstance(tags, str) else [t for t in tags if isinstance(t, str)]}
-    if results and call.when == "call":
+    if results:
         report.export_results = [r.to_json() for r in results]
     return report
 
 
 @pytest.fixture
 def export_check(request: pytest.FixtureRequest, tmp_path: Path):
-    """Check a module explicitly: ``export_check(module, args, kwargs=None, raise_on_failure=True, **keywords)``.
+    """Check a module explicitly: ``export_check(module, args, kwargs=None, raise_on_failure=True, device="cpu",
+    **keywords)``.
 
     Takes the marker's keywords, runs every stage, returns the result; raises a test failure on a failed
     stage unless ``raise_on_failure=False``.
@@ -261,8 +269,16 @@ def export_check(request: pytest.FixtureRequest, tmp_path: Path):
     es = _session(request.config)
     calls = []
 
-    def check(module: Any, args: Any, kwargs: Any = None, *, raise_on_failure: bool = True, **keywords: Any):
+    def check(module: Any, args: Any, kwargs: Any = None, *, raise_on_failure: bool = True, device: str = "cpu",
+              **keywords: Any):
         where = request.node.nodeid
+        from .options import UsageError, validate_keywords
+        from .variants import _DEVICE
+
+        if not isinstance(device, str) or not _DEVICE.match(device):
+            pytest.fail(f"{where}: export_check(device={device!r}): valid devices are cpu, cuda, cuda:N", pytrace=False)
+        if device != "cpu" and not es.cuda_available():
+            pytest.skip(f"export_check(device={device!r}): CUDA is not available on this machine")
         try:
             validate_keywords(where, (), keywords)
             from .case import Case
@@ -275,7 +291,7 @@ def export_check(request: pytest.FixtureRequest, tmp_path: Path):
             pytest.fail(problem, pytrace=False)
         calls.append(None)
         nodeid = where if len(calls) == 1 else f"{where}#{len(calls)}"
-        result = es.run(nodeid, case, keywords, tmp_path / f"export_check_{len(calls)}")
+        result = es.run(nodeid, case, keywords, tmp_path / f"export_check_{len(calls)}", device=device)
         _record(request.node, result)
         _warn(result)
         if raise_on_failure:
@@ -289,7 +305,7 @@ def export_check(request: pytest.FixtureRequest, tmp_path: Path):
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
     es = _session(config)
-    if es.options.check:
+    if es.check:
         return [f"pytest-export: --export-check on (examples={es.options.examples}, report={es.options.report})"]
     return None
 

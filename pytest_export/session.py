@@ -7,11 +7,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from .options import SessionOptions, UsageError, merge, parse_skip_stages
-from .results import ERROR, CaseResult
-from .variants import Variant, parse_devices, parse_modes, variants
+if TYPE_CHECKING:  # imported where used: a run without --export-check loads none of them
+    from .options import SessionOptions
+    from .results import CaseResult
+    from .variants import Variant
 
 SESSION_KEY = pytest.StashKey["ExportSession"]()
 
@@ -28,6 +31,9 @@ def _int_option(config: pytest.Config, name: str, default: int) -> int:
 
 
 def read_session_options(config: pytest.Config) -> SessionOptions:
+    from .options import SessionOptions, parse_skip_stages
+    from .variants import parse_devices, parse_modes
+
     def flag(name: str) -> bool:
         return bool(config.getoption(name) or config.getini(name))
 
@@ -49,6 +55,17 @@ def read_session_options(config: pytest.Config) -> SessionOptions:
         devices=_list_option(config, "export_devices", parse_devices),
         skip_stages=_list_option(config, "export_skip_stages", parse_skip_stages) or (),
     )
+
+
+# every option and ini name of the plugin (pytest_addoption in plugin.py adds them)
+OPTION_NAMES = ("export_check", "export_tags", "export_report", "export_core_aten", "export_examples",
+                "export_max_size", "export_modes", "export_devices", "export_skip_stages", "export_aoti",
+                "export_timeout", "export_baseline", "export_baseline_update", "export_baseline_warn_stale",
+                "export_coverage", "export_summary_md", "export_no_diagnose")
+
+
+def _any_export_option(config: pytest.Config) -> bool:
+    return any(config.getoption(n) or config.getini(n) for n in OPTION_NAMES)
 
 
 def _path_option(config: pytest.Config, name: str) -> str | None:
@@ -80,7 +97,10 @@ class ExportSession:
 
     def __init__(self, config: pytest.Config):
         self.config = config
-        self.options = read_session_options(config)
+        self.check = bool(config.getoption("export_check") or config.getini("export_check"))
+        self._options: SessionOptions | None = None
+        if self.check or _any_export_option(config):
+            self.options  # noqa: B018 - a bad option value is a usage error now, not at first use
         self.cases: dict[str, dict[str, Any]] = {}
         self.pending: dict[str, dict[str, Any]] = {}  # marked cases whose setup ran (to report a crash)
         self.session_data: dict[str, Any] = {}
@@ -89,6 +109,13 @@ class ExportSession:
         self._torch_ready = False
         self._cuda: bool | None = None
         self._run_tmp: Path | None = None
+
+    @property
+    def options(self) -> SessionOptions:
+        """The session's options, parsed on first use: a run without the plugin's options never imports them."""
+        if self._options is None:
+            self._options = read_session_options(self.config)
+        return self._options
 
     def cuda_available(self) -> bool:
         if self._cuda is None:
@@ -99,8 +126,10 @@ class ExportSession:
 
     def variants(self) -> list[Variant]:
         """The items each marked case becomes under --export-modes / --export-devices (empty: just one)."""
-        if not self.options.check:
+        if not self.check:
             return []
+        from .variants import variants
+
         return variants(self.options.modes, self.options.devices, self.cuda_available)
 
     def run_tmp_dir(self) -> Path:
@@ -139,6 +168,7 @@ class ExportSession:
 
     def run(self, nodeid: str, case: Any, keywords: dict[str, Any], workdir: Path, device: str = "cpu") -> CaseResult:
         self._ready()
+        from .options import merge
         from .runner import run_case
 
         options = merge(self.options, keywords)
@@ -148,8 +178,9 @@ class ExportSession:
     # ---- the baseline (read on every process: workers judge their own cases) ----------------
     @property
     def baseline(self):
-        if self._baseline is None and self.options.baseline and self.options.check:
+        if self._baseline is None and self.check and self.options.baseline:
             from . import baseline as bl
+            from .options import UsageError
 
             try:
                 self._baseline = bl.load(self.options.baseline, missing_ok=self.options.baseline_update)
@@ -212,6 +243,8 @@ class ExportSession:
             why = "the worker running it crashed" if report.when not in ("setup", "call", "teardown") \
                 else f"{report.when} failed"
             text = str(report.longrepr).strip().splitlines()
+            from .results import ERROR, CaseResult
+
             self.cases[report.nodeid] = CaseResult(
                 report.nodeid, outcome=ERROR, tags=list(self.pending[report.nodeid].get("tags", [])),
                 error=f"{report.nodeid}: {why}: {text[-1] if text else ''}".rstrip(": "),
@@ -261,10 +294,10 @@ class ExportSession:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
-            if self.options.check:
+            if self.check:
                 self.config.workeroutput["pytest_export"] = self.local_session_data()
             return
-        if not self.options.check:
+        if not self.check:
             return
         data = self.full_data()
         self._finish_baseline(session)
@@ -339,7 +372,7 @@ class ExportSession:
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        if self.is_worker or not self.options.check:
+        if self.is_worker or not self.check:
             return
         if self.cases:
             from .summary import summary_text
@@ -394,4 +427,4 @@ def prune_scope(config: pytest.Config, session: pytest.Session) -> list[str] | N
     return scope
 
 
-__all__ = ["ExportSession", "SESSION_KEY", "UsageError", "CaseResult", "prune_scope"]
+__all__ = ["ExportSession", "SESSION_KEY", "prune_scope"]

@@ -153,3 +153,29 @@ def test_cuda_items_run_through_the_plugin(pytester):
     result.assert_outcomes(passed=2)
     case = cases_by_name(data)["test_mlp[cuda]"]
     assert statuses(case)["cuda"] == "passed" and case["device"] == "cuda"
+
+
+def test_export_check_fixture_takes_a_device(pytester):
+    write_cases(pytester, '''
+class Twice(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+def test_on_cpu(export_check):
+    result = export_check(Twice(), (torch.randn(3),), device="cpu")
+    assert "cuda" not in result.stages
+
+def test_on_cuda(export_check):
+    result = export_check(Twice(), (torch.randn(3),), device="cuda")
+    assert result.stages["cuda"].status == "passed"
+
+def test_bad_device(export_check):
+    export_check(Twice(), (torch.randn(3),), device="tpu")
+''')
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:xdist", "-rs")
+    result.stdout.fnmatch_lines(["*test_bad_device: export_check(device='tpu'): valid devices are cpu, cuda, cuda:N*"])
+    if torch.cuda.is_available():
+        result.assert_outcomes(passed=2, failed=1)
+    else:
+        result.assert_outcomes(passed=1, failed=1, skipped=1)
+        result.stdout.fnmatch_lines(["SKIPPED*export_check(device='cuda'): CUDA is not available*"])

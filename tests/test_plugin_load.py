@@ -43,3 +43,18 @@ def test_package_import_does_not_import_torch():
     code = "import sys, pytest_export, pytest_export.plugin; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_run_without_the_plugins_options_loads_only_its_hooks(tmp_path):
+    """A run that uses neither --export-check nor the fixture loads the hooks, not the harness behind them."""
+    (tmp_path / "test_plain.py").write_text("def test_a():\n    pass\n")
+    code = (
+        "import sys, pytest\n"
+        f"rc = pytest.main(['-q', '-p', 'no:cacheprovider', {str(tmp_path)!r}])\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.startswith('pytest_export')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    line = next(x for x in out.stdout.splitlines() if x.startswith("LOADED"))
+    assert "'pytest_export.plugin'" in line, out.stdout + out.stderr
+    for heavy in ("options", "results", "api", "runner", "variants"):
+        assert f"'pytest_export.{heavy}'" not in line, line
