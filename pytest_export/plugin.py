@@ -24,6 +24,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("export", "torch.export conformance (pytest-export)")
 
     def add(flag: str, ini: str, help: str, *, kind: str = "string", default: Any = None, **kw: Any) -> None:
+        assert ini in session_mod.OPTION_NAMES, f"{ini} missing from session.OPTION_NAMES"
         group.addoption(flag, dest=ini, default=None, help=help + f" (ini: {ini})", **kw)
         parser.addini(ini, help=help, type=kind, default=default)
 
