@@ -60,17 +60,39 @@ def _is_tags(v: Any) -> str | None:
     return None
 
 
+XFAIL_SCOPES = ("non-strict", "strict", "cpu", "cuda")
+"""Keys of ``xfail`` that hold ``{stage: reason}`` for one tracing mode or device only."""
+
+
 def _is_xfail(v: Any) -> str | None:
     if v is None:
         return None
     if not isinstance(v, dict) or not v:
         return "must be a dict {stage: reason}"
-    for stage, reason in v.items():
-        if stage not in STAGES:
-            return f"has unknown stage {stage!r}; valid stages: {', '.join(STAGES)}"
-        if not isinstance(reason, str) or not reason.strip():
-            return f"needs a non-empty reason string for stage {stage!r}"
+    for key, value in v.items():
+        if key in XFAIL_SCOPES:
+            if not isinstance(value, dict) or not value:
+                return f"[{key!r}] must be a dict {{stage: reason}} for the {key} items only"
+            for stage, reason in value.items():
+                if stage not in STAGES:
+                    return f"[{key!r}] has unknown stage {stage!r}; valid stages: {', '.join(STAGES)}"
+                if not isinstance(reason, str) or not reason.strip():
+                    return f"[{key!r}] needs a non-empty reason string for stage {stage!r}"
+            continue
+        if key not in STAGES:
+            return (f"has unknown stage {key!r}; valid stages: {', '.join(STAGES)} (or a mode or device: "
+                    f"{', '.join(XFAIL_SCOPES)}, mapping to {{stage: reason}})")
+        if not isinstance(value, str) or not value.strip():
+            return f"needs a non-empty reason string for stage {key!r}"
     return None
+
+
+def xfail_for(xfail: dict[str, Any], strict: bool, device: str) -> dict[str, str]:
+    """The ``{stage: reason}`` that holds for one item: the plain entries, then its mode's, then its device's."""
+    out = {k: v for k, v in xfail.items() if k in STAGES}
+    for scope in ("strict" if strict else "non-strict", "cuda" if device.startswith("cuda") else "cpu"):
+        out.update(xfail.get(scope) or {})
+    return out
 
 
 def _is_dynamic_shapes(v: Any) -> str | None:
@@ -135,7 +157,7 @@ KEYWORDS: dict[str, Keyword] = {
         ),
         Keyword("tags", _is_tags, "str | list[str]", (), "labels for selection with --export-tags and grouping in tables"),
         Keyword(
-            "xfail", _is_xfail, "dict {stage: reason} | None", None,
+            "xfail", _is_xfail, "dict {stage: reason} (also per mode/device: {'strict': {stage: reason}}) | None", None,
             "stages expected to fail; a stage that passes anyway is a strict XPASS failure",
         ),
         Keyword("examples", _is_positive_int, "int >= 0 | None", None, "fuzz examples for this case (default: --export-examples)"),

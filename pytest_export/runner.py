@@ -15,7 +15,7 @@ import torch.utils._pytree as pytree
 
 from .case import Case
 from .compare import Mismatch, compare_trees
-from .options import CaseOptions
+from .options import CaseOptions, xfail_for
 from .timeout import CaseTimeout, time_limit
 from .results import ERROR, FAILED, PASSED, SKIPPED, XFAILED, XPASSED, CaseResult, StageResult
 
@@ -474,7 +474,7 @@ def _run_stage(ctx: Context, stage: Stage) -> StageResult:
         out = StageResult(stage.name, FAILED, describe_exception(exc), data={"exception": type(exc).__name__})
         out.data["traceback"] = "".join(traceback.format_exception(exc)[-6:])[-3000:]
     out.duration = time.perf_counter() - t0
-    reason = ctx.options.xfail.get(stage.name)
+    reason = xfail_for(ctx.options.xfail, ctx.options.strict, ctx.options.device).get(stage.name)
     if reason is not None:
         if out.status == FAILED:
             out.status, out.message = XFAILED, f"expected failure ({reason}): {out.message}"

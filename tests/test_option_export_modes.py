@@ -85,3 +85,34 @@ def test_variant_ids():
     assert [v.id for v in variants(None, None, lambda: True)] == ["cpu", "cuda"]
     assert [v.id for v in variants(("strict",), ("cpu", "cuda"), lambda: False)] == ["strict-cpu", "strict-cuda"]
     assert Variant("strict", "cuda:1").on_cuda
+
+
+def test_xfail_can_hold_for_one_mode_only(pytester):
+    write_cases(pytester, '''
+class Flow(torch.nn.Module):
+    def forward(self, x):
+        return x.tolist()[0] * x
+
+@pytest.mark.exportable(xfail={"strict": {"export": "TorchDynamo does not trace tolist()"}})
+def test_tolist():
+    return Flow(), (torch.randn(3),)
+
+@pytest.mark.exportable(xfail={"non-strict": {"export": "claimed, but it exports"}})
+def test_wrong_claim():
+    return Flow(), (torch.randn(3),)
+
+@pytest.mark.exportable(xfail={"strict": {"exprot": "typo"}})
+def test_typo():
+    return Flow(), (torch.randn(3),)
+''')
+    result, data = run_check(pytester, "--export-modes", "non-strict,strict", "--export-examples", "2")
+    cases = cases_by_name(data)
+    assert cases["test_tolist[non-strict]"]["outcome"] == "passed"
+    assert cases["test_tolist[strict]"]["outcome"] == "xfailed"
+    assert "TorchDynamo does not trace tolist()" in cases["test_tolist[strict]"]["stages"]["export"]["message"]
+    # the entry holds for its mode only: there a pass is a strict XPASS; the other mode fails as it is
+    assert statuses(cases["test_wrong_claim[non-strict]"])["export"] == "xpassed"
+    assert statuses(cases["test_wrong_claim[strict]"])["export"] == "failed"
+    result.stdout.fnmatch_lines(["*test_typo*exportable keyword 'xfail' [[]'strict'[]] has unknown stage 'exprot'*"])
+    outcomes = {k: v["outcome"] for k, v in cases.items()}
+    assert outcomes["test_wrong_claim[non-strict]"] == "failed", outcomes
