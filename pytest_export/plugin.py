@@ -18,6 +18,9 @@ from . import session as session_mod
 MARKER = "exportable"
 RESULTS_KEY = pytest.StashKey[list]()
 VARIANT = "_pytest_export_variant"  # the hidden parameter of a case's mode/device items
+# options that act only on the cases --export-check runs (the rest also set up the `export_check` fixture)
+NEEDS_CHECK = ("export_report", "export_baseline", "export_baseline_update", "export_baseline_warn_stale",
+               "export_coverage", "export_summary_md", "export_modes", "export_devices")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -88,11 +91,6 @@ def pytest_configure(config: pytest.Config) -> None:
             config.issue_config_time_warning(pytest.PytestConfigWarning(
                 f"{', '.join(given)} {'has' if len(given) == 1 else 'have'} no effect without --export-check: "
                 "no case is exported, so nothing is gated, reported or varied; add --export-check"), stacklevel=2)
-
-
-# options that act only on the cases --export-check runs (the rest also set up the `export_check` fixture)
-NEEDS_CHECK = ("export_report", "export_baseline", "export_baseline_update", "export_baseline_warn_stale",
-               "export_coverage", "export_summary_md", "export_modes", "export_devices")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -274,9 +272,9 @@ def export_check(request: pytest.FixtureRequest, tmp_path: Path):
               **keywords: Any):
         where = request.node.nodeid
         from .options import UsageError, validate_keywords
-        from .variants import _DEVICE
+        from .variants import is_device
 
-        if not isinstance(device, str) or not _DEVICE.match(device):
+        if not is_device(device):
             pytest.fail(f"{where}: export_check(device={device!r}): valid devices are cpu, cuda, cuda:N", pytrace=False)
         if device != "cpu" and not es.cuda_available():
             pytest.skip(f"export_check(device={device!r}): CUDA is not available on this machine")

@@ -28,12 +28,16 @@ def _int_option(config: pytest.Config, name: str, default: int) -> int:
     return n
 
 
+def _flag(config: pytest.Config, name: str) -> bool:
+    return bool(config.getoption(name) or config.getini(name))
+
+
 def read_session_options(config: pytest.Config) -> SessionOptions:
     from .options import SessionOptions, parse_skip_stages
     from .variants import parse_devices, parse_modes
 
     def flag(name: str) -> bool:
-        return bool(config.getoption(name) or config.getini(name))
+        return _flag(config, name)
 
     return SessionOptions(
         check=flag("export_check"),
@@ -95,7 +99,7 @@ class ExportSession:
 
     def __init__(self, config: pytest.Config):
         self.config = config
-        self.check = bool(config.getoption("export_check") or config.getini("export_check"))
+        self.check = _flag(config, "export_check")
         self._options: SessionOptions | None = None
         if self.check or _any_export_option(config):
             self.options  # noqa: B018 - a bad option value is a usage error now, not at first use

@@ -55,7 +55,12 @@ def parse_modes(value: Any) -> tuple[str, ...] | None:
 
 
 def parse_devices(value: Any) -> tuple[str, ...] | None:
-    return parse_list(value, "--export-devices", lambda p: bool(_DEVICE.match(p)), "cpu, cuda, cuda:N")
+    return parse_list(value, "--export-devices", is_device, "cpu, cuda, cuda:N")
+
+
+def is_device(value: Any) -> bool:
+    """``cpu``, ``cuda`` or ``cuda:N``: the devices a case can be exported and compared on."""
+    return isinstance(value, str) and bool(_DEVICE.match(value))
 
 
 def variants(modes: tuple[str, ...] | None, devices: tuple[str, ...] | None,
@@ -71,4 +76,4 @@ def variants(modes: tuple[str, ...] | None, devices: tuple[str, ...] | None,
     return [Variant(m, d) for m in mode_axis for d in device_axis]
 
 
-__all__ = ["MODES", "Variant", "parse_modes", "parse_devices", "variants"]
+__all__ = ["MODES", "Variant", "parse_modes", "parse_devices", "is_device", "variants"]
