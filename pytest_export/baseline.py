@@ -1,9 +1,12 @@
-"""The CI ratchet: a committed file of known failures (one entry per case and stage, with a reason) and of the
-ops outside Core ATen that survive decomposition (with the cases that carry them).
+"""The CI ratchet: a committed file of known failures (one entry per case and stage, with a reason and the
+failure's signature) and of the ops outside Core ATen that survive decomposition (with the cases that carry them).
 
-A failure not in the baseline fails the run; a baseline entry that now passes is stale and fails it too.
-``--export-baseline-update`` rewrites the file, pruning entries of cases that did not run only inside the
-part of the suite that ran whole (a ``-k`` or single-file run prunes nothing).
+A failure not in the baseline fails the run, and so does a listed stage that now fails differently (another
+signature); a baseline entry that now passes is stale and fails the run too. Only ``failed`` stages are
+baselined: an ``error`` (the harness could not decide: a timeout, a crashed worker, a case that could not be
+built) is never recorded and never expected. ``--export-baseline-update`` rewrites the file, pruning entries of
+cases that did not run only inside the part of the suite that ran whole (a ``-k`` or single-file run prunes
+nothing).
 
 Plain Python over the report's case dicts; no torch, no pytest.
 """
@@ -13,33 +16,52 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from typing import Any, Iterable
 
 from .options import UsageError
 
-BASELINE_VERSION = 1
-CASE_STAGE = "case"  # the entry of a case that failed before any stage ran (build error, crashed worker)
-FAILING = ("failed", "error")
+BASELINE_VERSION = 2  # written; version 1 ({stage: reason}, no signature) is still read
+READABLE_VERSIONS = (1, 2)
+# the entry of a case that failed before any stage ran, written by version 1. A case-level error is never
+# recorded now (errors are never expected); a legacy entry is stale once the case runs without error, and
+# --export-baseline-update drops it.
+CASE_STAGE = "case"
+BASELINED = ("failed",)  # `error` means undecided, not wrong: it is never a known failure
+SIGNATURE_LIMIT = 120
+
+Entry = dict[str, str]  # {"reason": str, "signature": str}; no "signature": matches any failure of the stage
 
 
 @dataclasses.dataclass
 class Baseline:
-    failures: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    failures: dict[str, dict[str, Entry]] = dataclasses.field(default_factory=dict)
     non_core_ops: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": BASELINE_VERSION,
-            "failures": {n: dict(sorted(s.items())) for n, s in sorted(self.failures.items()) if s},
+            "failures": {n: {s: _entry_json(e) for s, e in sorted(stages.items())}
+                         for n, stages in sorted(self.failures.items()) if stages},
             "non_core_ops": {op: sorted(set(c)) for op, c in sorted(self.non_core_ops.items()) if c},
         }
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n"
+        return json.dumps(self.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def _entry_json(entry: Entry | str) -> Entry:
+    if isinstance(entry, str):  # a version-1 value handed in directly
+        return {"reason": entry}
+    out = {"reason": entry.get("reason", "")}
+    if entry.get("signature"):
+        out["signature"] = entry["signature"]
+    return out
 
 
 def load(path: str | os.PathLike, *, missing_ok: bool = False) -> Baseline:
-    """Read a baseline file; a malformed one raises UsageError naming the file, the key and the fix."""
+    """Read a baseline file (version 1 or 2); a malformed one raises UsageError naming the file, the key and
+    the fix."""
     if not os.path.exists(path):
         if missing_ok:
             return Baseline()
@@ -51,19 +73,46 @@ def load(path: str | os.PathLike, *, missing_ok: bool = False) -> Baseline:
         raise UsageError(f"--export-baseline {path}: not readable JSON ({exc}); "
                          "fix it or recreate it with --export-baseline-update")
     where = f"--export-baseline {path}"
-    if not isinstance(data, dict) or data.get("version") != BASELINE_VERSION:
-        raise UsageError(f"{where}: expected a JSON object with \"version\": {BASELINE_VERSION}; "
-                         "recreate it with --export-baseline-update")
+    if not isinstance(data, dict) or data.get("version") not in READABLE_VERSIONS:
+        raise UsageError(f"{where}: expected a JSON object with \"version\": {BASELINE_VERSION} "
+                         f"(or the older {READABLE_VERSIONS[0]}); recreate it with --export-baseline-update")
+    version = data["version"]
     failures = data.get("failures", {})
+    shape = "{stage: reason}" if version == 1 else '{stage: {"reason": str, "signature": str}}'
     if not isinstance(failures, dict):
-        raise UsageError(f"{where}: \"failures\" must map a test id to {{stage: reason}}")
+        raise UsageError(f"{where}: \"failures\" must map a test id to {shape}")
+    out: dict[str, dict[str, Entry]] = {}
     for nodeid, stages in failures.items():
-        if not isinstance(stages, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in stages.items()):
-            raise UsageError(f"{where}: failures[{nodeid!r}] must be a {{stage: reason}} object of strings")
+        if not isinstance(stages, dict) or not all(isinstance(k, str) for k in stages):
+            raise UsageError(f"{where}: failures[{nodeid!r}] must be a {shape} object; "
+                             "fix it or recreate it with --export-baseline-update")
+        out[nodeid] = {}
+        for stage, value in stages.items():
+            entry = _read_entry(value, version)
+            if entry is None:
+                raise UsageError(f"{where}: failures[{nodeid!r}][{stage!r}] must be "
+                                 + ("a reason string" if version == 1 else
+                                    'an object {"reason": str, "signature": str} ("signature" may be left out)')
+                                 + "; fix it or recreate it with --export-baseline-update")
+            out[nodeid][stage] = entry
     ops = data.get("non_core_ops", {})
     if not isinstance(ops, dict) or not all(isinstance(v, list) for v in ops.values()):
         raise UsageError(f"{where}: \"non_core_ops\" must map an op name to the list of test ids that carry it")
-    return Baseline({n: dict(s) for n, s in failures.items()}, {op: list(c) for op, c in ops.items()})
+    return Baseline(out, {op: list(c) for op, c in ops.items()})
+
+
+def _read_entry(value: Any, version: int) -> Entry | None:
+    if version == 1:
+        # no signature recorded: the entry matches any failure of its stage, as it did
+        return {"reason": value} if isinstance(value, str) else None
+    if not isinstance(value, dict) or not isinstance(value.get("reason"), str):
+        return None
+    sig = value.get("signature")
+    if sig is not None and not isinstance(sig, str):
+        return None
+    if set(value) - {"reason", "signature"}:
+        return None
+    return _entry_json(value)
 
 
 def _reason(text: str) -> str:
@@ -71,12 +120,30 @@ def _reason(text: str) -> str:
     return line if len(line) <= 160 else line[:157] + "..."
 
 
-def failures_of(case: dict[str, Any]) -> dict[str, str]:
-    """{stage: reason} for the stages of a case that failed (a case error without stages is stage ``case``)."""
-    out = {name: _reason(s.get("message", "")) or s["status"]
-           for name, s in case.get("stages", {}).items() if s.get("status") in FAILING}
-    if case.get("outcome") == "error" and not out:
-        out[CASE_STAGE] = _reason(case.get("error", "")) or "error"
+def signature_of(stage: dict[str, Any]) -> str:
+    """What kind of failure a failed stage is, stable across runs: the stage's own ``signature`` (set by the
+    runner), else the exception type it recorded, else the first line of its message with digits as ``#``
+    (sizes, counts and addresses change from run to run; the words do not), cut to 120 characters."""
+    for key in ("signature", "exception"):
+        if isinstance(stage.get(key), str) and stage[key]:
+            return stage[key]
+    line = next((ln.strip() for ln in str(stage.get("message") or "").splitlines() if ln.strip()), "")
+    return re.sub(r"\d", "#", line)[:SIGNATURE_LIMIT] or str(stage.get("status") or "failed")
+
+
+def failures_of(case: dict[str, Any]) -> dict[str, Entry]:
+    """``{stage: {"reason", "signature"}}`` for the stages of a case that failed. An ``error`` stage or a
+    case-level error (outcome ``error``) is not a failure: the harness could not decide, so it is never
+    baselined."""
+    return {name: {"reason": _reason(s.get("message", "")) or s["status"], "signature": signature_of(s)}
+            for name, s in case.get("stages", {}).items() if s.get("status") in BASELINED}
+
+
+def errors_of(case: dict[str, Any]) -> list[str]:
+    """Where the harness could not decide: the ``error`` stages, or ``case`` for a case-level error."""
+    out = [name for name, s in case.get("stages", {}).items() if s.get("status") == "error"]
+    if case.get("error") or (case.get("outcome") == "error" and not out):
+        out.insert(0, CASE_STAGE)
     return out
 
 
@@ -84,17 +151,33 @@ def non_core_of(case: dict[str, Any]) -> list[str]:
     return list((case.get("stages", {}).get("decomp") or {}).get("non_core") or [])
 
 
+def changed_text(old: str, new: str) -> str:
+    return f"different failure than the baseline's: was {old}, now {new}"
+
+
 def judge(case: dict[str, Any], baseline: Baseline) -> dict[str, Any]:
-    """One case against the baseline: ``new`` and ``known`` failures, ``stale`` entries, ``new_non_core`` ops."""
+    """One case against the baseline: ``new`` failures (unlisted, or listed with another signature: the text
+    says so), ``known`` ones, ``stale`` entries, ``new_non_core`` ops. Values are texts by stage."""
     nodeid = case["nodeid"]
     expected = baseline.failures.get(nodeid, {})
     now = failures_of(case)
     statuses = {n: s.get("status") for n, s in case.get("stages", {}).items()}
+    new: dict[str, str] = {}
+    known: dict[str, str] = {}
+    for stage, entry in now.items():
+        listed = expected.get(stage)
+        if listed is None:
+            new[stage] = entry["reason"]
+        elif listed.get("signature") and listed["signature"] != entry["signature"]:
+            new[stage] = changed_text(listed["signature"], entry["signature"])
+        else:
+            known[stage] = listed.get("reason", "")
     verdict: dict[str, Any] = {
-        "new": {s: r for s, r in now.items() if s not in expected},
-        "known": {s: expected[s] for s in now if s in expected},
-        # stale only where the stage ran and passed: a stage skipped behind a failure says nothing
-        "stale": {s: r for s, r in expected.items()
+        "new": new,
+        "known": known,
+        # stale only where the stage ran and passed: a stage skipped behind a failure, or one that erred,
+        # says nothing
+        "stale": {s: e.get("reason", "") for s, e in expected.items()
                   if statuses.get(s) == "passed" or (s == CASE_STAGE and case.get("outcome") != "error")},
         "new_non_core": [op for op in non_core_of(case) if op not in baseline.non_core_ops],
     }
@@ -124,26 +207,30 @@ def session_stale(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: li
 
 
 def updated(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: list[str] | None) -> Baseline:
-    """The baseline this run implies: cases that ran get their current failures; cases that did not run keep
-    their entries unless they lie in the part of the suite that ran whole."""
+    """The baseline this run implies: cases that ran get their current failures (``failed`` stages only);
+    cases that did not run keep their entries unless they lie in the part of the suite that ran whole.
+    Legacy ``case`` entries (case-level errors, version 1) are dropped: an error is never expected."""
     cases = list(cases)
     ran = {c["nodeid"] for c in cases}
     new = Baseline()
     for nodeid, stages in baseline.failures.items():
         if nodeid not in ran and not in_scope(nodeid, scope):
-            new.failures[nodeid] = dict(stages)
+            kept = {s: dict(e) for s, e in stages.items() if s != CASE_STAGE}
+            if kept:
+                new.failures[nodeid] = kept
     for c in cases:
         f = failures_of(c)
         if f:
             new.failures[c["nodeid"]] = f
     for op, owners in baseline.non_core_ops.items():
-        kept = [n for n in owners if n not in ran and not in_scope(n, scope)]
-        if kept:
-            new.non_core_ops[op] = kept
+        kept_owners = [n for n in owners if n not in ran and not in_scope(n, scope)]
+        if kept_owners:
+            new.non_core_ops[op] = kept_owners
     for c in cases:
         for op in non_core_of(c):
             new.non_core_ops.setdefault(op, []).append(c["nodeid"])
     return new
 
 
-__all__ = ["Baseline", "load", "judge", "failures_of", "session_stale", "updated", "in_scope", "CASE_STAGE"]
+__all__ = ["Baseline", "load", "judge", "failures_of", "errors_of", "signature_of", "changed_text",
+           "session_stale", "updated", "in_scope", "CASE_STAGE", "BASELINE_VERSION"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -29,15 +30,35 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
-    return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=_default) + "\n")
+    """Strict JSON: Python writes ``inf``/``nan`` as ``Infinity``/``NaN`` by default, which ``jq``, browsers and
+    most other parsers reject, so non-finite floats become the strings ``"inf"``, ``"-inf"``, ``"nan"`` and
+    ``allow_nan=False`` makes a missed one an error here instead of a file nobody else can read."""
+    text = json.dumps(strict_json(data), indent=2, sort_keys=False, default=_default, allow_nan=False)
+    return write_text_atomic(path, text + "\n")
+
+
+def strict_json(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by its string (``"inf"``, ``"-inf"``, ``"nan"``) and sets
+    as sorted lists, ready for ``json.dumps(..., allow_nan=False)``."""
+    if isinstance(obj, float):
+        if math.isfinite(obj):
+            return obj
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        try:
+            items = sorted(obj)
+        except TypeError:  # mixed types: still a stable order
+            items = sorted(obj, key=repr)
+        return [strict_json(v) for v in items]
+    return obj
 
 
 def _default(obj: Any) -> Any:
-    if isinstance(obj, (set, frozenset)):
-        return sorted(obj)
-    if isinstance(obj, float) and obj != obj:
-        return None
-    return str(obj)
+    return str(obj)  # anything else JSON does not know (a path, a dtype) is written as its text
 
 
 class _suppress:

@@ -193,27 +193,40 @@ class ExportSession:
     def gate(self, result: CaseResult) -> tuple[str, str]:
         """What the item does with its result: ``("fail" | "xfail" | "warn" | "pass", text)``.
 
-        Without a baseline a failed case fails. With one, known failures are expected (xfail), new failures
-        and new non-core ops fail, and entries that now pass are stale (fail, or warn). In update mode every
-        failure is being recorded, so none fails the item.
+        An error (a stage that ended ``error``, or a case-level error) always fails, with or without a baseline
+        and in update mode too: the harness could not decide, so no baseline can expect it. Without a baseline
+        a failed case fails. With one, known failures are expected (xfail); new failures (unlisted, or listed
+        with another signature) and new non-core ops fail; entries that now pass are stale (fail, or warn).
+        In update mode every failure is being recorded, so no failure fails the item.
         """
-        base = self.baseline
-        if base is None:
-            return ("fail", result.failure_text()) if result.failed else ("pass", "")
         from . import baseline as bl
 
+        base = self.baseline
         case = result.to_json()
+        verdict: dict[str, Any] = {}
+        if base is not None and not self.options.baseline_update:
+            verdict = bl.judge(case, base)  # in the report even where an error fails the item
+            if verdict:
+                result.info["baseline"] = verdict
+        errors = bl.errors_of(case)
+        if errors:
+            return "fail", _error_text(result, errors)
+        if base is None:
+            return ("fail", result.failure_text()) if result.failed else ("pass", "")
         if self.options.baseline_update:
             now = bl.failures_of(case)
-            return ("xfail", "recorded in the baseline: " + _stages_text(now)) if now else ("pass", "")
-        verdict = bl.judge(case, base)
-        if verdict:
-            result.info["baseline"] = verdict
+            return ("xfail", "recorded in the baseline: " + _stages_text(
+                {s: e["reason"] for s, e in now.items()})) if now else ("pass", "")
         path = self.options.baseline
         if verdict.get("new") or verdict.get("new_non_core"):
             lines = [result.failure_text(), "", f"--- baseline {path} ---"]
-            if verdict.get("new"):
-                lines.append("new failure (not in the baseline): " + _stages_text(verdict["new"]))
+            listed = base.failures.get(result.nodeid, {})
+            unlisted = {s: r for s, r in verdict.get("new", {}).items() if s not in listed}
+            if unlisted:
+                lines.append("new failure (not in the baseline): " + _stages_text(unlisted))
+            for s, r in sorted(verdict.get("new", {}).items()):
+                if s in listed:  # listed, but it fails for another reason now
+                    lines.append(f"new failure in {s}: {r}")
             if verdict.get("new_non_core"):
                 lines.append("new non-core op after decomposition (not in the baseline): "
                              + ", ".join(verdict["new_non_core"]))
@@ -297,7 +310,8 @@ class ExportSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
             if self.check:
-                self.config.workeroutput["pytest_export"] = self.local_session_data()
+                # execnet sends builtin types only: anything else crashes the worker here, at session end
+                self.config.workeroutput["pytest_export"] = to_builtins(self.local_session_data())
             return
         if not self.check:
             return
@@ -325,6 +339,11 @@ class ExportSession:
         base = self.baseline
         scope = prune_scope(self.config, session)
         cases = list(self.cases.values())
+        # errors fail their items whatever the baseline says; list them here too, so the summary explains why
+        # an update did not record them and a gate run did not expect them
+        errors = [f"error (never baselined): {c['nodeid']} [{', '.join(bl.errors_of(c))}]: the harness could not "
+                  "decide; fix what stopped it and rerun" for c in sorted(cases, key=lambda c: c["nodeid"])
+                  if bl.errors_of(c)]
         if self.options.baseline_update:
             new = bl.updated(base, cases, scope)
             write_text_atomic(self.options.baseline, new.dumps())
@@ -332,6 +351,7 @@ class ExportSession:
                 f"baseline {self.options.baseline} updated: {sum(len(s) for s in new.failures.values())} known "
                 f"failure(s), {len(new.non_core_ops)} non-core op(s)"
                 + ("" if scope else " (subset run: entries of cases that did not run were kept)"))
+            self.baseline_messages += errors
             return
         stale = [f"{c['nodeid']} [{', '.join(sorted(c['baseline']['stale']))}]: passes now"
                  for c in cases if c.get("baseline", {}).get("stale")]
@@ -339,12 +359,15 @@ class ExportSession:
         new = []
         for c in cases:
             verdict = c.get("baseline", {})
-            parts = [f"new failure in {', '.join(sorted(verdict['new']))}"] if verdict.get("new") else []
+            listed = base.failures.get(c["nodeid"], {})
+            unlisted = sorted(s for s in verdict.get("new", {}) if s not in listed)
+            parts = [f"new failure in {', '.join(unlisted)}"] if unlisted else []
+            parts += [f"new failure in {s} ({r})" for s, r in sorted(verdict.get("new", {}).items()) if s in listed]
             if verdict.get("new_non_core"):
                 parts.append(f"new non-core op {', '.join(verdict['new_non_core'])}")
             if parts:
                 new.append(f"{c['nodeid']}: " + "; ".join(parts))
-        self.baseline_messages += [f"new: {m}" for m in new]
+        self.baseline_messages += [f"new: {m}" for m in new] + errors
         verb = "stale (warning)" if self.options.baseline_warn_stale else "stale: remove it"
         self.baseline_messages += [f"{verb}: {m}" for m in stale]
         if stale and not self.options.baseline_warn_stale and session.exitstatus == pytest.ExitCode.OK:
@@ -356,7 +379,8 @@ class ExportSession:
         torch = sys.modules.get("torch")
         if torch is None and self.cases:
             import torch  # noqa: F811
-        return getattr(torch, "__version__", None) if torch else None
+        version = getattr(torch, "__version__", None) if torch else None
+        return str(version) if version is not None else None  # a TorchVersion (str subclass) is no builtin
 
     def report_data(self, data: dict[str, Any] | None = None) -> dict[str, Any]:
         from .report import build_report
@@ -400,6 +424,43 @@ class ExportSession:
         terminalreporter.write_line(conformance_table(list(self.cases.values()), self.full_data().get("core_ops")))
 
 
+_SCALARS = (bool, int, float, str, bytes)
+
+
+def to_builtins(value: Any, where: str = "workeroutput") -> Any:
+    """``value`` as exact builtin types, for xdist's ``workeroutput``: execnet serializes only those and a
+    subclass (``torch.__version__`` is a ``TorchVersion``, a str subclass) kills the worker with ``DumpError``.
+    Subclasses of builtin scalars become their base type, tuples and sets lists (sets sorted); anything
+    else raises TypeError naming where it is (a bug here, not in the user's tests)."""
+    if value is None or type(value) in _SCALARS:
+        return value
+    for base in _SCALARS:
+        if isinstance(value, base):
+            return base(value)
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, (str, int, float, bool)):
+                raise TypeError(f"{where}: key {k!r} ({type(k).__name__}) cannot be sent from an xdist worker")
+            out[to_builtins(k, where)] = to_builtins(v, f"{where}[{k!r}]")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [to_builtins(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, (set, frozenset)):
+        return sorted(to_builtins(v, where) for v in value)
+    raise TypeError(f"{where}: {type(value).__module__}.{type(value).__qualname__} cannot be sent from an xdist "
+                    "worker (execnet sends builtin types only); convert it to str, int, float, list or dict")
+
+
+def _error_text(result: CaseResult, errors: list[str]) -> str:
+    """The failure text of a result the harness could not decide: never expected, never baselined."""
+    stages = [e for e in errors if e != "case"]
+    what = f"the {stages[0]} stage's message" if stages else "the case's error"
+    return (f"{result.failure_text()}\n\n{result.nodeid} [{', '.join(errors)}]: error: the harness could not "
+            f"decide; errors are never expected or baselined; fix what stopped it ({what} above says what; "
+            "a timeout: raise --export-timeout or make the case smaller)")
+
+
 def _stages_text(stages: dict[str, str]) -> str:
     return "; ".join(f"{s} ({r})" if r else s for s, r in sorted(stages.items()))
 
@@ -429,4 +490,4 @@ def prune_scope(config: pytest.Config, session: pytest.Session) -> list[str] | N
     return scope
 
 
-__all__ = ["ExportSession", "SESSION_KEY", "prune_scope"]
+__all__ = ["ExportSession", "SESSION_KEY", "prune_scope", "to_builtins"]

@@ -72,7 +72,9 @@ def test_update_writes_a_sorted_file_and_the_gate_then_passes(suite, monkeypatch
     data = read(suite)
     assert list(data["failures"]) == ["test_cases.py::test_broken"]
     assert set(data["failures"]["test_cases.py::test_broken"]) == {"compare"}
-    assert "disagrees with eager" in data["failures"]["test_cases.py::test_broken"]["compare"]
+    entry = data["failures"]["test_cases.py::test_broken"]["compare"]
+    assert set(entry) == {"reason", "signature"} and "disagrees with eager" in entry["reason"]
+    assert data["version"] == bl.BASELINE_VERSION == 2
     assert data["non_core_ops"] == {"aten._native_batch_norm_legit_functional.default": ["test_cases.py::test_bn_train"]}
     text = (suite.path / "baseline.json").read_text()
     assert text == bl.Baseline(data["failures"], data["non_core_ops"]).dumps()  # sorted, stable
@@ -149,14 +151,18 @@ def test_update_prunes_on_a_full_run_only(suite, monkeypatch):
     assert list(read(suite)["non_core_ops"]) == ["aten._native_batch_norm_legit_functional.default"]
     r = run(suite, "--export-baseline-update")  # the whole suite: everything stale is pruned
     assert r.ret == 0
-    assert read(suite) == {"version": 1, "failures": {}, "non_core_ops": {}}
+    assert read(suite) == {"version": 2, "failures": {}, "non_core_ops": {}}
 
 
 @pytest.mark.parametrize("content, expected", [
     (None, "no such file; create it with --export-baseline-update"),
     ("{not json", "not readable JSON"),
     ('{"version": 1, "failures": {"t": ["compare"]}}', "failures['t'] must be a {stage: reason} object"),
-    ('{"version": 7}', '"version": 1'),
+    ('{"version": 7}', '"version": 2'),
+    ('{"version": 2, "failures": {"t": {"compare": "a reason"}}}',
+     "failures['t']['compare'] must be an object {\"reason\": str, \"signature\": str}"),
+    ('{"version": 2, "failures": {"t": {"compare": {"reason": "r", "signature": 3}}}}',
+     "failures['t']['compare'] must be an object"),
 ])
 def test_bad_baseline_is_a_usage_error(suite, content, expected):
     if content is not None:
@@ -195,3 +201,139 @@ def test_gate_options_without_export_check_warn_that_nothing_is_gated(suite):
     r = suite.runpytest("-p", "no:cacheprovider", "-p", "no:xdist", "--export-check", "--export-baseline",
                         "baseline.json", "--export-baseline-update")
     assert "no effect without" not in r.stdout.str()
+
+
+# ---- signatures (version 2) -------------------------------------------------------------------
+
+def _write(pytester, failures, version=2):
+    (pytester.path / "baseline.json").write_text(json.dumps({"version": version, "failures": failures,
+                                                             "non_core_ops": {}}))
+
+
+def _report_stage(pytester, name, stage):
+    data = json.loads((pytester.path / "r.json").read_text())
+    return [c for c in data["cases"] if c["nodeid"].endswith(name)][0]["stages"][stage]
+
+
+def test_update_records_the_signature_of_each_failure(suite):
+    r = run(suite, "--export-baseline-update", "--export-report", "r.json")
+    assert r.ret == 0, r.stdout.str()
+    entry = read(suite)["failures"]["test_cases.py::test_broken"]["compare"]
+    stage = _report_stage(suite, "test_broken", "compare")
+    # the rule: the stage's own signature, else its exception type, else its first line with digits as '#'
+    assert entry["signature"] == bl.signature_of(stage) and entry["signature"]
+    assert not any(ch.isdigit() for ch in entry["signature"]) and len(entry["signature"]) <= 120
+    r = run(suite)  # the same failure again: known
+    assert r.ret == 0, r.stdout.str()
+    r.assert_outcomes(passed=1, xfailed=1)
+
+
+def test_a_listed_stage_that_fails_differently_is_a_new_failure(suite):
+    assert run(suite, "--export-baseline-update", "--export-report", "r.json").ret == 0
+    now = bl.signature_of(_report_stage(suite, "test_broken", "compare"))
+    _write(suite, {"test_cases.py::test_broken": {"compare": {"reason": "it used to raise",
+                                                              "signature": "GuardOnDataDependentSymNode"}}})
+    r = run(suite)
+    assert r.ret == 1, r.stdout.str()
+    r.assert_outcomes(passed=1, failed=1)
+    r.stdout.fnmatch_lines([f"*new failure in compare: different failure than the baseline's: "
+                            f"was GuardOnDataDependentSymNode, now {now}*",
+                            "*new: test_cases.py::test_broken: new failure in compare (different failure*"])
+    # an update accepts the new signature, and the gate passes again
+    assert run(suite, "--export-baseline-update").ret == 0
+    assert read(suite)["failures"]["test_cases.py::test_broken"]["compare"]["signature"] == now
+    assert run(suite).ret == 0
+
+
+@pytest.mark.parametrize("version, entry", [(1, "an old reason"), (2, {"reason": "an old reason"})])
+def test_an_entry_without_signature_matches_any_failure_of_its_stage(suite, version, entry):
+    """Version-1 files (reason strings) and entries whose signature was left out keep the legacy match."""
+    _write(suite, {"test_cases.py::test_broken": {"compare": entry}}, version=version)
+    r = run(suite, "-rx")
+    assert r.ret == 0, r.stdout.str()
+    r.assert_outcomes(passed=1, xfailed=1)
+    r.stdout.fnmatch_lines(["*known failure in the baseline: compare (an old reason)*"])
+    # an update of a subset keeps the unrun entry as it was, and writes version 2
+    r = run(suite, "--export-baseline-update", "-k", "test_ok")
+    assert r.ret == 0, r.stdout.str()
+    assert read(suite) == {"version": 2, "non_core_ops": {},
+                           "failures": {"test_cases.py::test_broken": {"compare": {"reason": "an old reason"}}}}
+
+
+# ---- errors are never expected ----------------------------------------------------------------
+
+HANGS = '''
+import time
+
+class Hangs(torch.nn.Module):
+    def forward(self, x):
+        if torch.compiler.is_exporting():
+            while True:
+                time.sleep(0.05)
+        return x + 1
+
+@pytest.mark.exportable
+def test_hangs():
+    return Hangs(), (torch.ones(2),)
+
+@pytest.mark.exportable
+def test_fine():
+    return torch.nn.ReLU(), (torch.ones(2),)
+'''
+
+
+def test_an_error_stage_fails_even_when_the_baseline_lists_it_and_is_never_recorded(pytester):
+    write_cases(pytester, HANGS)
+    # a legacy entry (no signature): it would match any outcome of `export` if errors were baselined
+    _write(pytester, {"test_cases.py::test_hangs": {"export": "timed out"}}, version=1)
+    r = run(pytester, "--export-timeout", "2", "--export-report", "r.json")
+    assert r.ret == 1, r.stdout.str()
+    r.assert_outcomes(passed=1, failed=1)
+    assert _report_stage(pytester, "test_hangs", "export")["status"] == "error"
+    r.stdout.fnmatch_lines(["*test_cases.py::test_hangs [[]export]: error: the harness could not decide; "
+                            "errors are never expected or baselined*",
+                            "*error (never baselined): test_cases.py::test_hangs [[]export]*"])
+    # update mode: the item still fails, and the error is not written into the baseline
+    r = run(pytester, "--export-timeout", "2", "--export-baseline-update")
+    assert r.ret == 1, r.stdout.str()
+    r.assert_outcomes(passed=1, failed=1)
+    r.stdout.fnmatch_lines(["*errors are never expected or baselined*"])
+    assert read(pytester) == {"version": 2, "failures": {}, "non_core_ops": {}}
+
+
+def test_a_case_level_error_is_never_recorded(pytester):
+    """A case that cannot be built is an error (outcome ``error``, no stages): an update records nothing, and
+    a legacy version-1 ``case`` entry is dropped."""
+    write_cases(pytester, '''
+@pytest.mark.exportable
+def test_cannot_build():
+    raise KeyError("no such checkpoint")
+''')
+    _write(pytester, {"test_cases.py::test_cannot_build": {"case": "KeyError"}}, version=1)
+    r = run(pytester, "--export-baseline-update", "--export-report", "r.json")
+    assert r.ret == 1, r.stdout.str()
+    r.assert_outcomes(failed=1)
+    assert json.loads((pytester.path / "r.json").read_text())["cases"][0]["outcome"] == "error"
+    assert read(pytester)["failures"] == {}
+    r.stdout.fnmatch_lines(["*error (never baselined): test_cases.py::test_cannot_build [[]case]*"])
+
+
+def test_judge_and_update_never_treat_errors_as_known():
+    case = {"nodeid": "t.py::c", "outcome": "failed",
+            "stages": {"export": {"status": "error", "message": "timed out after 2 s"},
+                       "compare": {"status": "failed", "message": "mismatch at 3 of 16", "exception": "Mismatch"}}}
+    base = bl.Baseline({"t.py::c": {"export": {"reason": "timed out"}, "compare": {"reason": "r"}}})
+    assert bl.failures_of(case) == {"compare": {"reason": "mismatch at 3 of 16", "signature": "Mismatch"}}
+    assert bl.errors_of(case) == ["export"]
+    assert bl.judge(case, base) == {"known": {"compare": "r"}}  # export: neither known, new nor stale
+    assert bl.updated(base, [case], None).failures == {"t.py::c": {"compare": bl.failures_of(case)["compare"]}}
+    crashed = {"nodeid": "t.py::d", "outcome": "error", "stages": {}, "error": "the worker crashed"}
+    assert bl.failures_of(crashed) == {} and bl.errors_of(crashed) == ["case"]
+
+
+def test_signature_rule():
+    assert bl.signature_of({"status": "failed", "signature": "mismatch", "exception": "X", "message": "m"}) == "mismatch"
+    assert bl.signature_of({"status": "failed", "exception": "UserError", "message": "m"}) == "UserError"
+    msg = "\n  size 17 is outside Dim('b', min=2, max=64) " + "x" * 200 + "\nmore"
+    sig = bl.signature_of({"status": "failed", "message": msg})
+    assert sig.startswith("size ## is outside Dim('b', min=#, max=##) xxx") and len(sig) == 120

@@ -41,10 +41,15 @@ def test_narrowing():
 '''
 
 
+def _timing(key: str) -> bool:
+    """Fields that differ from run to run: the duration, and the stages' seconds (``diagnosis_s``, ``load_s``)."""
+    return key in ("duration", "traceback") or key.endswith("_s")
+
+
 def _normalized(data):
     out = []
     for case in data["cases"]:
-        stages = {n: {k: v for k, v in s.items() if k not in ("duration", "traceback")} for n, s in case["stages"].items()}
+        stages = {n: {k: v for k, v in s.items() if not _timing(k)} for n, s in case["stages"].items()}
         out.append({**case, "stages": stages})
     return out
 
@@ -118,3 +123,63 @@ def test_killed_worker_case_is_an_error_and_the_report_is_still_written(pytester
     assert by["test_dies"]["outcome"] == "error"
     assert "crashed" in by["test_dies"]["error"] and by["test_dies"]["tags"] == ["crash"]
     assert data["torch"]  # the surviving worker (or the controller) still knows the torch version
+
+
+SMALL = '''
+class Shortcut(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 if torch.compiler.is_exporting() else x * 2 + 1
+
+@pytest.mark.exportable
+def test_relu():
+    return torch.nn.ReLU(), (torch.ones(2),)
+
+@pytest.mark.exportable
+def test_tanh():
+    return torch.nn.Tanh(), (torch.ones(2),)
+
+@pytest.mark.exportable
+def test_shortcut():
+    return Shortcut(), (torch.ones(3),)
+'''
+
+WORKER_CRASH = ("node down", "DumpError", "replacing crashed worker")
+
+
+@pytest.mark.slow
+def test_workers_finish_cleanly_and_report_like_n0(pytester):
+    """execnet sends builtin types only: a non-builtin in ``workeroutput`` (torch.__version__ is a TorchVersion)
+    used to kill every worker at session end. The run must end with no crashed worker, and the same cases."""
+    write_cases(pytester, SMALL)
+    r0, d0 = run_check(pytester, "-n", "0", report="r0.json")
+    r2, d2 = run_check(pytester, "-n", "2", report="r2.json", subprocess=True)
+    output = r2.stdout.str() + r2.stderr.str()
+    for text in WORKER_CRASH:
+        assert text not in output, output
+    r2.assert_outcomes(passed=2, failed=1)
+    assert d0 is not None and d2 is not None, output
+
+    def outcomes(data):
+        return {c["nodeid"]: (c["outcome"], {n: s["status"] for n, s in c["stages"].items()}) for c in data["cases"]}
+
+    assert outcomes(d2) == outcomes(d0)
+    assert d2["torch"] == d0["torch"]
+
+
+def test_to_builtins_makes_workeroutput_sendable():
+    import execnet
+    import torch
+
+    from pytest_export.session import to_builtins
+
+    data = {"torch": torch.__version__, "core_ops": frozenset({"aten.b", "aten.a"}),
+            "op_facts": {"aten.a": {"core": True, "decomposed": None}}, "n": (1, 2.5)}
+    with pytest.raises(execnet.DataFormatError):  # what killed the workers
+        execnet.dumps(data)
+    out = to_builtins(data)
+    assert out == {"torch": str(torch.__version__), "core_ops": ["aten.a", "aten.b"],
+                   "op_facts": {"aten.a": {"core": True, "decomposed": None}}, "n": [1, 2.5]}
+    assert type(out["torch"]) is str
+    assert execnet.loads(execnet.dumps(out)) == out
+    with pytest.raises(TypeError, match=r"workeroutput\['x'\]: .*object cannot be sent from an xdist worker"):
+        to_builtins({"x": object()})
