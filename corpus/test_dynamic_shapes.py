@@ -49,7 +49,13 @@ class PairSum(torch.nn.Module):
 _n = Dim("n", min=1, max=32)
 
 
-@pytest.mark.exportable(dynamic_shapes={"x": {0: 2 * _n}, "y": {0: _n}}, tags=["dynamic", "derived-dim"])
+# n=1 is inside the declared range (min=1), but torch 2.13 guards the root of a derived dim away from 1
+# ("Guard failed: x.size()[0] // 2 != 1"): the program refuses it although eager works
+_N_IS_ONE = "torch 2.13 refuses the derived dim's root at 1 (a `!= 1` guard) although min=1 declares it"
+
+
+@pytest.mark.exportable(dynamic_shapes={"x": {0: 2 * _n}, "y": {0: _n}}, tags=["dynamic", "derived-dim"],
+                        xfail={"guards": _N_IS_ONE, "fuzz": _N_IS_ONE})
 def test_derived_dim_twice():
     return PairSum(), (torch.randn(8), torch.randn(4))
 
@@ -62,7 +68,9 @@ class Shift(torch.nn.Module):
 _m = Dim("m", min=1, max=32)
 
 
-@pytest.mark.exportable(dynamic_shapes={"x": {0: _m + 1}, "y": {0: _m}}, tags=["dynamic", "derived-dim"])
+# the same at m=1: "Guard failed: -1 + x.size()[0] >= 2"
+@pytest.mark.exportable(dynamic_shapes={"x": {0: _m + 1}, "y": {0: _m}}, tags=["dynamic", "derived-dim"],
+                        xfail={"guards": _N_IS_ONE, "fuzz": _N_IS_ONE})
 def test_derived_dim_plus_one():
     return Shift(), (torch.randn(5), torch.randn(4))
 

@@ -8,6 +8,12 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from .results import HarnessError
+
+
+class CannotCompare(HarnessError):
+    """A value the harness has no way to compare: the stage is an ``error``, not a failure of the model."""
+
 
 class Mismatch(Exception):
     def __init__(self, message: str, errors: list[dict[str, Any]]):
@@ -24,8 +30,8 @@ class Mismatch(Exception):
 def _leaf_errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
     if actual.numel() == 0 or actual.shape != expected.shape:
         return 0.0, 0.0
-    a = actual.detach().to("cpu")
-    e = expected.detach().to("cpu")
+    a = _dense(actual.detach().to("cpu"))
+    e = _dense(expected.detach().to("cpu"))
     if a.is_complex() or e.is_complex():
         a, e = a.to(torch.complex128), e.to(torch.complex128)
     else:
@@ -38,6 +44,55 @@ def _leaf_errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, f
     nz = denom > 0
     max_rel = float((diff[nz] / denom[nz]).max()) if bool(nz.any()) else (0.0 if max_abs == 0 else math.inf)
     return max_abs, max_rel
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """Sparse (COO, CSR, ...) as dense: the error statistics need elementwise ops that sparse kernels lack."""
+    return t.to_dense() if t.layout != torch.strided else t
+
+
+def default_tolerances(value: Any) -> tuple[float, float]:
+    """``(rtol, atol)`` that ``torch.testing.assert_close`` uses for this value's dtype."""
+    # private: torch.testing has no public table of its defaults, and the dtype rule must be torch's own
+    from torch.testing._comparison import default_tolerances as _defaults
+
+    dtype = value.dtype if isinstance(value, torch.Tensor) else torch.as_tensor(value).dtype
+    return _defaults(dtype)
+
+
+def tolerances_for(value: Any, rtol: float | None, atol: float | None) -> dict[str, float]:
+    """The keywords for ``assert_close``: none (its defaults), or both, the one not given at its dtype default
+    (giving only ``rtol`` must not make ``atol`` 0; issue #18)."""
+    if rtol is None and atol is None:
+        return {}
+    if rtol is None or atol is None:
+        d_rtol, d_atol = default_tolerances(value)
+        rtol = d_rtol if rtol is None else rtol
+        atol = d_atol if atol is None else atol
+    return {"rtol": rtol, "atol": atol}
+
+
+_PLAIN = (int, float, complex, bool, str, bytes, type(None))
+
+
+def _attribute_tree(obj: Any) -> dict[str, Any] | None:
+    """An object that is no pytree node, by its attributes (public ones; all but dunders when it has none)."""
+    attrs = getattr(obj, "__dict__", None)
+    if not isinstance(attrs, dict):
+        return None
+    public = {k: v for k, v in attrs.items() if not k.startswith("_")}
+    return public or {k: v for k, v in attrs.items() if not k.startswith("__")}
+
+
+def _has_eq(obj: Any) -> bool:
+    return type(obj).__eq__ is not object.__eq__
+
+
+def _cannot(obj: Any, where: str) -> CannotCompare:
+    t = type(obj)
+    return CannotCompare(
+        f"cannot compare {t.__module__}.{t.__qualname__} at {where}: register it as a pytree node "
+        "(torch.utils._pytree.register_pytree_node / register_dataclass)")
 
 
 def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -57,7 +112,6 @@ def compare_trees(actual: Any, expected: Any, *, rtol: float | None = None, atol
             f"eager gives {pytree.treespec_pprint(e_spec)}",
             [{"path": root, "message": "structure differs"}],
         )
-    tol = {} if rtol is None and atol is None else {"rtol": rtol or 0.0, "atol": atol or 0.0}
     errors: list[dict[str, Any]] = []
     worst_abs = worst_rel = 0.0
     for (path, a), (_, e) in zip(a_leaves, e_leaves):
@@ -72,15 +126,36 @@ def compare_trees(actual: Any, expected: Any, *, rtol: float | None = None, atol
                     mabs, mrel = _leaf_errors(a, e)
                     worst_abs, worst_rel = max(worst_abs, mabs), max(worst_rel, mrel)
                     entry.update(max_abs_error=mabs, max_rel_error=mrel)
-                torch.testing.assert_close(a, e, equal_nan=True, **tol)
+                torch.testing.assert_close(a, e, equal_nan=True, **tolerances_for(
+                    e if isinstance(e, torch.Tensor) else a, rtol, atol))
             elif isinstance(e, (int, float, complex)) and not isinstance(e, bool):
-                torch.testing.assert_close(a, e, equal_nan=True, **tol)
+                torch.testing.assert_close(a, e, equal_nan=True, **tolerances_for(e, rtol, atol))
                 if isinstance(a, (int, float)):
                     d = abs(a - e)
                     worst_abs = max(worst_abs, d)
                     worst_rel = max(worst_rel, d / abs(e) if e else (0.0 if d == 0 else math.inf))
-            elif a != e:
-                raise AssertionError(f"values differ: exported {a!r}, eager {e!r}")
+            elif isinstance(e, _PLAIN) or isinstance(a, _PLAIN):
+                if a != e:
+                    raise AssertionError(f"values differ: exported {a!r}, eager {e!r}")
+            elif type(a) is not type(e):
+                raise AssertionError(f"types differ: exported {type(a).__qualname__}, eager {type(e).__qualname__}")
+            elif a is e:
+                continue
+            else:
+                # not a pytree node (a cache object a model returns): compare what it holds, attribute by attribute
+                ta, te = _attribute_tree(a), _attribute_tree(e)
+                if ta is not None and te is not None:
+                    try:
+                        errs = compare_trees(ta, te, rtol=rtol, atol=atol, root=where)
+                    except Mismatch as inner:
+                        errors.extend(inner.errors)
+                        continue
+                    worst_abs, worst_rel = max(worst_abs, errs["max_abs_error"]), max(worst_rel, errs["max_rel_error"])
+                elif _has_eq(e):
+                    if not bool(a == e):
+                        raise AssertionError(f"values differ: exported {a!r}, eager {e!r}")
+                else:
+                    raise _cannot(e, where)
         except AssertionError as exc:
             entry["message"] = str(exc).strip()
             errors.append(entry)

@@ -12,6 +12,11 @@ PASSED, FAILED, SKIPPED, ERROR, XFAILED, XPASSED = "passed", "failed", "skipped"
 BAD = (FAILED, ERROR, XPASSED)
 
 
+class HarnessError(Exception):
+    """The harness could not decide (a value it cannot compare, a declaration it cannot map): the stage ends as
+    ``error``, never ``failed``, and the message (for people) is shown as it is."""
+
+
 class ExportCheckFailure(AssertionError):
     """Raised by the plain-Python API and the fixture when a stage failed."""
 
@@ -29,8 +34,9 @@ class StageResult:
     data: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        # the status, message and duration are the stage's own: data never overwrites them (issue #18)
         out = {"status": self.status, "message": self.message, "duration": round(self.duration, 6)}
-        out.update(self.data)
+        out.update((k, v) for k, v in self.data.items() if k not in out)
         return out
 
     @classmethod

@@ -438,6 +438,10 @@ class Var:
     example: int
     names: list[str]  # declared roots (and axis labels) that take this value
     unbounded: bool = False
+    # the declaration promises this range (a named Dim, bounds written on a hint, AdditionalInputs): sizes 1 (and
+    # 0, where ``zero``) are inside the promise and probed as such (issue #18). A bare AUTO/DYNAMIC promises none.
+    promised: bool = False
+    zero: bool = False  # declared min 0: size 0 is probed as in range (its findings are warnings)
 
 
 @dataclasses.dataclass
@@ -467,6 +471,9 @@ class Audit:
     failures: list[str]
     warnings: list[str]
     model: FuzzModel
+    errors: list[str] = dataclasses.field(default_factory=list)  # axes the audit could not map (harness limits)
+    row_symbols: list[str | None] = dataclasses.field(default_factory=list)  # per row, the symbol it maps to
+    row_axes: list[tuple[int, int | None]] = dataclasses.field(default_factory=list)  # per row, (flat, dim)
 
 
 def _placeholder_values(ep: Any) -> dict[str, Any]:
@@ -511,7 +518,11 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
     import torch
 
     got = _placeholder_values(ep)
-    rows, failures, warnings = [], [], []
+    rows, failures, warnings, errors = [], [], [], []
+    row_symbols: list[str | None] = []
+    row_axes: list[tuple[int, int | None]] = []
+    promised: dict[str, bool] = {}
+    zero: dict[str, bool] = {}
     shapes: dict[int, dict[int | None, Any]] = {}
     for i, key in enumerate(decl.keys):
         v = got.get(key)
@@ -527,9 +538,13 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
         root = decl.roots[ax.root]
         e = shapes.get(ax.flat, {}).get(ax.dim)
         row = {"input": ax.path, "axis": ax.dim, "declared": ax.declared, "declared_range": [root.min, root.max]}
+        row_symbols.append(None)
+        row_axes.append((ax.flat, ax.dim))
         if e is None:
-            row.update(achieved="?", achieved_range=None, status="unknown")
+            row.update(achieved="?", achieved_range=None, status="error")
             rows.append(row)
+            errors.append(f"{ax.label} (declared {ax.declared}) has no counterpart among the exported program's "
+                          "inputs")
             continue
         if isinstance(e, int):
             row.update(achieved=e, achieved_range=[e, e], status=SPECIALIZED)
@@ -566,25 +581,38 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
         rows.append(row)
         if sym is None:
             continue
+        row_symbols[-1] = str(sym)
         symbols[str(sym)] = sym
-        lo, hi = achieved if achieved else (max(root.min, 2), root.max)
-        # inside both the declaration (the promise) and what export kept (a narrowing is reported above)
-        r_lo, r_hi = _root_range_in_symbol(e, sym, root, ax)
-        lo = max(lo, r_lo)
-        hi = r_hi if hi is None else (hi if r_hi is None else min(hi, r_hi))
-        prev = ranges.get(str(sym))
+        # The declaration is the promise: a promised range is drawn and probed whole, whatever export kept (what
+        # it kept is measured against the declaration, above). A bare AUTO/DYNAMIC promises nothing: draw inside
+        # what export kept.
+        is_promised = root.kind in ("dim", "additional") or root.bounded
+        declared_in_sym = _root_range_in_symbol(e, sym, root, ax)
+        zero_here = False
+        if is_promised and declared_in_sym is not None:
+            lo, hi = declared_in_sym
+            if lo <= 0 and ax.dim is not None:
+                lo, zero_here = 1, True  # size 0 is probed by `guards` alone (its findings are warnings)
+        else:
+            r_lo, r_hi = declared_in_sym or (0, None)
+            lo, hi = achieved if achieved else (max(root.min, 2), root.max)
+            lo = max(lo, r_lo)
+            hi = r_hi if hi is None else (hi if r_hi is None else min(hi, r_hi))
+            if ax.dim is not None and e == sym:
+                lo = max(lo, 2)  # sizes 0 and 1 are specialized by design; `guards` probes them (warnings)
+        key = str(sym)
+        prev = ranges.get(key)
         if prev:
             lo, hi = max(lo, prev[0]), (hi if prev[1] is None else prev[1] if hi is None else min(hi, prev[1]))
-        ranges[str(sym)] = [lo, hi]
-        if ax.dim is not None and e == sym:
-            lo = max(lo, 2)  # sizes 0 and 1 are specialized by design; `guards` probes them separately
-            ranges[str(sym)] = [lo, hi]
-        names.setdefault(str(sym), [])
+        promised[key] = promised.get(key, True) and is_promised
+        zero[key] = zero.get(key, True) and zero_here
+        ranges[key] = [lo, hi]
+        names.setdefault(key, [])
         for n in (root.name,):
-            if n not in names[str(sym)]:
-                names[str(sym)].append(n)
-        if str(sym) not in examples:
-            examples[str(sym)] = _solve(e, sym, ax.example)
+            if n not in names[key]:
+                names[key].append(n)
+        if key not in examples:
+            examples[key] = _solve(e, sym, ax.example)
     out_vars = []
     for s, (lo, hi) in ranges.items():
         ex = examples.get(s, lo)
@@ -594,7 +622,8 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
         if hi < lo:
             failures.append(f"no size satisfies both the declaration and what export kept for {', '.join(names[s])}")
             continue
-        out_vars.append(Var(s, lo, hi, ex if ex is not None and lo <= ex <= hi else lo, names[s], unbounded))
+        out_vars.append(Var(s, lo, hi, ex if ex is not None and lo <= ex <= hi else lo, names[s], unbounded,
+                            promised=promised.get(s, False), zero=zero.get(s, False)))
     # tie AUTO axes that export unified: the table says so
     by_sym: dict[str, list[str]] = {}
     for row, ax in zip(rows, decl.axes):
@@ -604,11 +633,12 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
         peers = [lbl for lbl in by_sym.get(str(row.get("achieved")), []) if lbl != ax.label]
         if peers:
             row["equal_to"] = peers
-    return Audit(rows, failures, warnings, FuzzModel(out_vars, shapes, symbols))
+    return Audit(rows, failures, warnings, FuzzModel(out_vars, shapes, symbols), errors, row_symbols, row_axes)
 
 
-def _root_range_in_symbol(e: Any, sym: Any, root: Root, ax: Axis) -> tuple[int, int | None]:
-    """The declared root range expressed in the exported symbol (usually the symbol is the root)."""
+def _root_range_in_symbol(e: Any, sym: Any, root: Root, ax: Axis) -> tuple[int, int | None] | None:
+    """The declared root range expressed in the exported symbol (usually the symbol is the root); None where the
+    axis is not linear in the symbol."""
     import sympy
 
     coeff = e.coeff(sym) if e.is_Add or e.is_Mul else sympy.Integer(1)
@@ -616,9 +646,9 @@ def _root_range_in_symbol(e: Any, sym: Any, root: Root, ax: Axis) -> tuple[int, 
     try:
         ca, cb = int(coeff), int(const)
     except TypeError:
-        return 0, None
+        return None
     if ca <= 0:
-        return 0, None
+        return None
     # e = ca*sym + cb  and  e = ax.a*root + ax.b  =>  sym = (ax.a*root + ax.b - cb) / ca
     def conv(v: int, up: bool) -> int:
         num = ax.a * v + ax.b - cb
@@ -650,7 +680,8 @@ def table_text(rows: list[dict[str, Any]]) -> str:
     head = ("axis", "declared", "declared range", "achieved", "achieved range", "status")
     body = [(f"{r['input']}" + ("" if r["axis"] is None else f".shape[{r['axis']}]"), str(r["declared"]),
              rng(r["declared_range"]), str(r["achieved"]), rng(r["achieved_range"]),
-             r["status"] + (f" (= {', '.join(r['equal_to'])})" if r.get("equal_to") else "")) for r in rows]
+             r["status"] + (f" (refuses {r['refused_at']})" if r.get("refused_at") is not None else "")
+             + (f" (= {', '.join(r['equal_to'])})" if r.get("equal_to") else "")) for r in rows]
     widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
     lines = [" | ".join(c.ljust(w) for c, w in zip(head, widths)).rstrip(), "-+-".join("-" * w for w in widths)]
     lines += [" | ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in body]

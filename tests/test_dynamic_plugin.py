@@ -141,7 +141,10 @@ def test_none():
     result, data = run_check(pytester, "--export-examples", "5")
     result.assert_outcomes(passed=3)
     cases = cases_by_name(data)
-    assert [cases[n]["stages"]["fuzz"]["examples"] for n in ("test_three", "test_default", "test_none")] == [3, 5, 0]
+    assert [cases[n]["stages"]["fuzz"]["examples"] for n in ("test_three", "test_default")] == [3, 5]
+    # examples=0 checks nothing: skipped with the reason, never `passed` (issue #18)
+    none = cases["test_none"]["stages"]["fuzz"]
+    assert none["status"] == "skipped" and none["message"] == "skipped: no examples requested (examples=0)"
 
 
 def test_guards_and_fuzz_agree_under_xdist(pytester):

@@ -61,12 +61,12 @@ def compare_across_devices(device_obs: Observation, cpu_obs: Observation, rtol: 
         if g_spec != w_spec:
             compare_trees(got, want, root=root)  # raises the structure mismatch
         for (path, g), (_, w) in zip(g_leaves, w_leaves):
-            if rtol is not None or atol is not None:
-                r, a = rtol or 0.0, atol or 0.0
-            elif isinstance(w, torch.Tensor):
+            if isinstance(w, torch.Tensor):
+                # the case's rtol / atol replace the table's, each on its own (one given keeps the other's default)
                 r, a = tolerance_for(w.dtype)
+                r, a = (r if rtol is None else rtol), (a if atol is None else atol)
             else:
-                r, a = None, None
+                r, a = rtol, atol
             try:
                 errs = compare_trees(g, w, rtol=r, atol=a, root=root + pytree.keystr(path))
                 worst = {k: max(worst[k], errs[k]) for k in worst}

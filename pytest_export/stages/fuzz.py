@@ -15,7 +15,7 @@ from typing import Any
 
 from ..runner import Context, Stage, StageFailure, StageSkip, describe_exception, register_stage
 from ..strategies import BuilderError, assignments, boundary_assignments, build_inputs, shapes_of
-from .probing import in_range_problem, run_program
+from .probing import has_small_size, in_range_problem, run_program
 
 _BLOB = re.compile(r"reproduce_failure\(\s*'[^']*'\s*,\s*b'([^']+)'\s*\)")
 
@@ -31,14 +31,12 @@ def parse_blob(text: str) -> bytes:
 
 
 def stage_fuzz(ctx: Context) -> dict[str, Any]:
-    audit = ctx.audit()
-    if audit is None:
-        raise StageSkip(ctx.audit_problem or "no dynamic-shapes model for this case")
-    if not audit.model.vars:
-        raise StageSkip("no dynamic dims kept: no sizes to draw (compare checked the example)")
     n = ctx.options.examples
     if n <= 0:
-        return {"examples": 0, "message": "no examples requested (examples=0)"}
+        raise StageSkip("no examples requested (examples=0)")
+    audit = ctx.require_audit()
+    if not audit.model.vars:
+        raise StageSkip("no dynamic dims kept: no sizes to draw (compare checked the example)")
     import hypothesis
     from hypothesis import HealthCheck, given, settings
 
@@ -53,16 +51,18 @@ def stage_fuzz(ctx: Context) -> dict[str, Any]:
         try:
             args, kwargs = build_inputs(model, values, ctx.case.args, ctx.case.kwargs, seed, builder, named)
         except BuilderError as exc:
-            raise StageFailure(f"input_builder: {exc}")
+            raise StageFailure(f"input_builder: {exc}", kind="input-builder")
         except Exception as exc:  # noqa: BLE001 - a user builder that raises is named as such
             if builder is None:
                 raise
-            raise StageFailure(f"input_builder raised for sizes {named}: {describe_exception(exc)}")
+            raise StageFailure(f"input_builder raised for sizes {named}: {describe_exception(exc)}",
+                               kind="input-builder", exception=type(exc).__name__)
         got = run_program(ctx, ctx.ep, args, kwargs)
-        problem = in_range_problem(ctx, got, args, kwargs, wrong="the exported program disagrees with eager")
+        problem = in_range_problem(ctx, got, args, kwargs, wrong="the exported program disagrees with eager",
+                                   small=has_small_size(ctx, model, values))
         if problem:
             state["failure"] = {"sizes": named, "symbols": dict(values), "shapes": shapes_of(args, kwargs, ctx.declaration.paths),
-                                "seed": seed, "error": problem}
+                                "seed": seed, "error": problem, "program": got.status}
             raise FuzzFailure(problem)
 
     # Boundaries first, run here and not as @example: Hypothesis does not shrink a failing explicit example,
@@ -105,6 +105,8 @@ def stage_fuzz(ctx: Context) -> dict[str, Any]:
         state["failure"] = boundary_failure[0]
         raise _report(ctx, state, boundary_failure[1], boundary=True)
     data: dict[str, Any] = {"examples": state["runs"]}
+    if ctx.eager_rejects:
+        data["eager_rejects"] = list(ctx.eager_rejects)
     data["message"] = f"{state['runs']} examples, sizes {_ranges(model)}"
     return data
 
@@ -163,7 +165,15 @@ def _report(ctx: Context, state: dict[str, Any], exc: BaseException, boundary: b
         replay = "replay: rerun; Hypothesis' example database replays this failure first"
     msg = (f"fuzzing failed after {state['runs']} examples; smallest failing sizes: {sizes}\n"
            f"input shapes: {shapes}\n{found.get('error', '')}\n{replay}")
-    return StageFailure(msg, examples=state["runs"], counterexample=found)
+    refused = found.get("program") not in (None, "accepted")
+    if refused and found.get("symbols"):
+        # one case, one story: the audit table shows the axes whose in-range sizes the program refused
+        base = ctx.audit().model.example_values()
+        for symbol, value in found["symbols"].items():
+            if value != base.get(symbol):
+                ctx.mark_refused(symbol, found["symbols"])
+    return StageFailure(msg, kind="refused-in-range" if refused else "wrong-in-range", examples=state["runs"],
+                        counterexample=found)
 
 
 register_stage(Stage("fuzz", stage_fuzz, needs=("eager", "export", "compare")), after="guards")

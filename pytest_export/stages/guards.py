@@ -2,9 +2,14 @@
 
 The audit (declared vs achieved) fails the stage where a promise was narrowed or specialized. Then every
 in-range boundary size must be accepted and computed right; every out-of-range size (max+1, min-1 where torch
-checks the min, a broken derived relation, a wrong size on a static axis) must be refused, or, where accepted,
-match eager. Sizes 0 and 1 below a declared min of 2 or less are let through by torch by design: they are
-probed, and "accepted but wrong" there is a warning. The reloaded programs must refuse and accept the same.
+checks the min, a broken derived relation, a wrong size on a static axis) must be refused by a guard, or, where
+accepted, match eager. The reloaded programs must refuse and accept the same.
+
+Sizes 0 and 1 (issue #18): a declared minimum of 0 or 1 puts size 1 inside the promise, so it is probed as in
+range (a refusal or a wrong result fails the stage; where eager itself raises there, it is recorded, not
+failed); size 0 is probed the same way where the minimum is 0, and its findings are warnings. Below an explicit
+minimum of 2, and on a bare AUTO/DYNAMIC axis (no promise), torch lets 0 and 1 through by design: they are
+probed, and "accepted but wrong" there is a warning.
 """
 
 from __future__ import annotations
@@ -12,10 +17,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..runner import Context, Stage, StageFailure, StageSkip, register_stage
+from ..runner import Context, Stage, StageFailure, register_stage
 from ..shapes import FuzzModel
 from ..strategies import build_inputs
-from .probing import ACCEPTED, in_range_problem, mismatch, run_eager, run_program
+from .probing import ACCEPTED, RAISED, has_small_size, in_range_problem, mismatch, run_eager, run_program
 
 PROBE_SEED = 1234
 MAX_RELATION_PROBES = 4
@@ -27,12 +32,12 @@ class Probe:
     description: str
     values: dict[str, int]
     override: dict[tuple[int, int | None], int]
-    kind: str  # "in-range" | "max" | "min" | "small" | "relation" | "static" | "additional"
+    kind: str  # "in-range" | "zero" | "max" | "min" | "small" | "relation" | "static" | "additional"
     inputs: tuple[tuple, dict] | None = None
 
     @property
     def in_range(self) -> bool:
-        return self.kind in ("in-range", "additional")
+        return self.kind in ("in-range", "zero", "additional")
 
 
 def _label(ctx: Context, flat: int, dim: int | None) -> str:
@@ -61,6 +66,10 @@ def in_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
         for size in sorted({v.lo, v.lo + 1, v.hi - 1, v.hi}):
             if v.lo <= size <= v.hi:
                 add({**base, v.symbol: size})
+    for v in model.vars:
+        if v.zero:  # a declared min of 0: size 0 is in the promise (findings there are warnings)
+            values = {**base, v.symbol: 0}
+            out.append(Probe(_describe(model, values), values, {}, "zero"))
     for args, kwargs in ctx.declaration.additional:
         out.append(Probe("an AdditionalInputs example", {}, {}, "additional", (tuple(args), dict(kwargs))))
     return out
@@ -85,7 +94,7 @@ def out_of_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
         plain = [(f, d) for f, d, e in axes_of.get(v.symbol, []) if d is not None and e == model.symbols[v.symbol]]
         if plain and len(plain) == len(axes_of.get(v.symbol, [])):
             for small in (0, 1):
-                if small < v.lo:
+                if small < v.lo and not (small == 0 and v.zero):
                     out.append(Probe(f"{names}={small} (below the min; torch lets 0 and 1 through by design)",
                                      {**base, v.symbol: small}, {}, "small"))
         related = axes_of.get(v.symbol, [])
@@ -129,28 +138,43 @@ def probe_inputs(ctx: Context, model: FuzzModel, probe: Probe, builder: Any = No
 
 
 def stage_guards(ctx: Context) -> dict[str, Any]:
-    audit = ctx.audit()
-    if audit is None:
-        raise StageSkip(ctx.audit_problem or "no dynamic-shapes model for this case")
+    audit = ctx.require_audit()
     model = audit.model
-    failures = list(audit.failures)
+    failures = [(f, "declaration") for f in audit.failures]
     warnings: list[str] = []
     records: list[dict[str, Any]] = []
     probes = in_range_probes(ctx, model) + out_of_range_probes(ctx, model)
+    base = model.example_values()
     verdicts: list[str] = []
-    for probe in probes:
-        args, kwargs = probe_inputs(ctx, model, probe, ctx.options.input_builder if probe.in_range else None)
+    inputs = [probe_inputs(ctx, model, p, ctx.options.input_builder if p.in_range else None) for p in probes]
+    for probe, (args, kwargs) in zip(probes, inputs):
         got = run_program(ctx, ctx.ep, args, kwargs)
         verdicts.append(got.status)
         rec = {"probe": probe.description, "kind": probe.kind, "program": got.status}
         records.append(rec)
         if probe.in_range:
-            problem = in_range_problem(ctx, got, args, kwargs, at=probe.description)
+            small = probe.kind != "additional" and has_small_size(ctx, model, probe.values)
+            problem = in_range_problem(ctx, got, args, kwargs, at=probe.description, small=small)
             if problem:
-                failures.append(problem)
+                rec["finding"] = problem.splitlines()[0]
+                if probe.kind == "zero":
+                    warnings.append(problem)
+                    continue
+                failures.append((problem, "refused-in-range" if got.status != ACCEPTED else "wrong-in-range"))
+                if got.status != ACCEPTED and probe.kind == "in-range":
+                    moved = [v for v in model.vars if probe.values.get(v.symbol) != base.get(v.symbol)]
+                    for v in moved if len(moved) == 1 else []:
+                        ctx.mark_refused(v.symbol, probe.values)
+            continue
+        if got.status == RAISED:
+            # crashed inside a kernel: nothing checked the size at the program's input (issue #18)
+            problem = (f"out-of-range sizes {probe.description} raised inside the program, not refused by a guard: "
+                       f"{got.message.splitlines()[0] if got.message else ''}")
+            rec["finding"] = problem
+            warnings.append(problem)
             continue
         if got.status != ACCEPTED:
-            continue  # refused (or raised on) an out-of-range input: as promised
+            continue  # refused by a guard: as promised
         want = run_eager(ctx, args, kwargs)
         if want.status != ACCEPTED:
             problem = (f"accepted out-of-range sizes {probe.description}, which eager rejects "
@@ -162,20 +186,26 @@ def stage_guards(ctx: Context) -> dict[str, Any]:
                 continue  # accepted and right
             problem = f"accepted but wrong at out-of-range sizes {probe.description}:\n{bad}"
         rec["finding"] = problem.splitlines()[0]
-        (warnings if probe.kind == "small" else failures).append(problem)
+        if probe.kind == "small":
+            warnings.append(problem)
+        else:
+            failures.append((problem, "accepted-out-of-range"))
     for label, ep in ctx.loaded.items():
-        for probe, expected in zip(probes, verdicts):
-            args, kwargs = probe_inputs(ctx, model, probe, ctx.options.input_builder if probe.in_range else None)
+        for probe, expected, (args, kwargs) in zip(probes, verdicts, inputs):
             got = run_program(ctx, ep, args, kwargs)
             if (got.status == ACCEPTED) != (expected == ACCEPTED):
-                failures.append(f"the reloaded ({label}) program {got.status} sizes {probe.description}, which the "
-                                f"exported program {expected}: save/load changed the guards")
+                failures.append((f"the reloaded ({label}) program {got.status} sizes {probe.description}, which the "
+                                 f"exported program {expected}: save/load changed the guards", "reload-changed"))
     ctx.result.warnings.extend(_one_line(w) for w in warnings)
-    data = {"probes": len(probes), "accepted": verdicts.count(ACCEPTED), "refused": len(probes) - verdicts.count(ACCEPTED),
+    accepted, raised = verdicts.count(ACCEPTED), verdicts.count(RAISED)
+    data = {"probes": len(probes), "accepted": accepted, "refused": len(probes) - accepted - raised, "raised": raised,
             "findings": [r for r in records if "finding" in r], "warnings": warnings}
+    if ctx.eager_rejects:
+        data["eager_rejects"] = list(ctx.eager_rejects)
     if failures:
-        raise StageFailure("\n".join(f"- {f}" for f in failures), **data)
-    data["message"] = f"{len(probes)} probes: {verdicts.count(ACCEPTED)} accepted, {len(probes) - verdicts.count(ACCEPTED)} refused"
+        raise StageFailure("\n".join(f"- {f}" for f, _ in failures), kind=failures[0][1], **data)
+    data["message"] = (f"{len(probes)} probes: {accepted} accepted, {data['refused']} refused"
+                       + (f", {raised} raised inside" if raised else ""))
     return data
 
 
