@@ -13,6 +13,10 @@ from typing import Any, Callable
 STAGES = ("export", "compare", "serde", "decomp", "guards", "fuzz", "retrace", "unflatten", "cuda", "aoti")
 """Stage names in run order. They are public: reports, baselines and ``xfail`` use them."""
 
+ORDER = ("eager", *STAGES)
+"""Every stage in run order: the one list. ``stages/`` holds one module per name, and the runner runs them in
+this order (``eager`` first: a failure there is the model's, so it is neither ``xfail``-able nor skippable)."""
+
 
 class ExportWarning(UserWarning):
     """A finding that does not fail the case (a bare ``Dim.AUTO`` narrowed, sizes 0/1 accepted but wrong).
@@ -236,11 +240,6 @@ class CaseOptions:
     aoti: bool = False
     device: str = "cpu"  # where the case is exported and compared (--export-devices)
     skip_stages: tuple[str, ...] = ()  # stages not run (--export-skip-stages)
-
-    def tolerances(self) -> dict[str, float]:
-        if self.rtol is None and self.atol is None:
-            return {}
-        return {"rtol": self.rtol or 0.0, "atol": self.atol or 0.0}
 
 
 SKIPPABLE = tuple(s for s in STAGES if s != "export")

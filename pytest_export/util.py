@@ -1,0 +1,85 @@
+"""Small helpers every layer shares: bounds that may be infinite, text tables, comma-separated option values,
+environment variables set for a block. Plain Python; imports nothing from this package and no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Iterable, Sequence
+from unittest import mock
+
+HUGE = 2**62  # torch's "unbounded" stand-ins (sys.maxsize, int_oo) all lie above this
+
+
+def finite_int(value: Any) -> int | None:
+    """An int bound, or None where it is infinite or no number (torch's ``int_oo``, ``sympy.oo``, ``None``)."""
+    try:
+        i = int(value)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None  # sympy's int_oo raises AttributeError from int()
+    return i if abs(i) < HUGE else None
+
+
+def text_table(header: Sequence[str], rows: Iterable[Sequence[Any]], *, right: Iterable[int] = (),
+               rule_before: Iterable[int] = ()) -> str:
+    """A plain-text table: a header, a ``-+-`` rule under it, one line per row; columns in ``right`` are
+    right-aligned; a rule is drawn before each row index in ``rule_before`` (a totals row)."""
+    body = [[str(c) for c in r] for r in rows]
+    head = [str(h) for h in header]
+    right, rules = set(right), set(rule_before)
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    rule = "-+-".join("-" * w for w in widths)
+
+    def line(cells: list[str]) -> str:
+        return " | ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    out = [line(head), rule]
+    for i, r in enumerate(body):
+        if i in rules:
+            out.append(rule)
+        out.append(line(r))
+    return "\n".join(out)
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]], *, right: Iterable[int] = ()) -> str:
+    """The same table in GitHub Markdown (columns in ``right`` right-aligned)."""
+    right = set(right)
+    lines = ["| " + " | ".join(str(h) for h in header) + " |",
+             "|" + "|".join("---:" if i in right else "---" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def comma_list(value: Any, *, split: str = r",") -> list[str]:
+    """``--opt a,b --opt c`` (a list of chunks, one string, or None) -> ["a", "b", "c"], order kept, no repeats."""
+    if value is None:
+        return []
+    chunks = [value] if isinstance(value, str) else list(value)
+    out: list[str] = []
+    for chunk in chunks:
+        for part in re.split(split, str(chunk)):
+            part = part.strip()
+            if part and part not in out:
+                out.append(part)
+    return out
+
+
+def environment(**values: str | None):
+    """Set (or, with None, unset) environment variables for a ``with`` block; everything is restored after."""
+    patch = mock.patch.dict(os.environ, {k: v for k, v in values.items() if v is not None})
+
+    class _Env:
+        def __enter__(self) -> None:
+            patch.__enter__()
+            for k, v in values.items():
+                if v is None:
+                    os.environ.pop(k, None)
+
+        def __exit__(self, *exc: Any) -> None:
+            patch.__exit__(*exc)
+
+    return _Env()
+
+
+__all__ = ["finite_int", "text_table", "markdown_table", "comma_list", "environment", "HUGE"]
