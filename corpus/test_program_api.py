@@ -120,10 +120,6 @@ class DataBranch(torch.nn.Module):
 
 def test_draft_export_reports_what_export_refuses(export_check):
     """draft_export always returns a program and a report of every problem export would raise."""
-    result = export_check(UsesOpaque(), (torch.randn(4),), xfail={"export": "no fake kernel for the custom op"},
-                          tags=["api", "draft-export"])
-    assert result.stages["export"].status == "xfailed"
-
     ep = draft_export(UsesOpaque(), (torch.randn(4),))
     report = ep._report
     assert not report.successful()
@@ -133,6 +129,11 @@ def test_draft_export_reports_what_export_refuses(export_check):
 
     branchy = draft_export(DataBranch(), (torch.ones(3),))
     assert "DATA_DEPENDENT_ERROR" in {f.failure_type.name for f in branchy._report.failures}
+
+    # last: the expected export failure xfails the test, as it does a marked case
+    export_check(UsesOpaque(), (torch.randn(4),), xfail={"export": "no fake kernel for the custom op"},
+                 tags=["api", "draft-export"])
+    raise AssertionError("unreachable: the expected export failure xfails the test")
     # the draft program is fixed to the branch taken at export time
     torch.testing.assert_close(branchy.module()(torch.ones(3)), torch.full((3,), 2.0))
 

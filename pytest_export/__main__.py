@@ -8,8 +8,10 @@ import argparse
 import sys
 from typing import Any, Sequence
 
+from .conformance import stage_order
 from .report import build_report, read_report, write_json_atomic
 from .summary import coverage_line, coverage_summary, stage_table
+from .util import markdown_table, text_table
 
 BAD = ("failed", "error", "xpassed")
 
@@ -49,21 +51,14 @@ def merge_reports(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) 
 
 def show_text(report: dict[str, Any], markdown: bool = False) -> str:
     cases = report["cases"]
-    stages: list[str] = []
-    for c in cases:
-        stages += [s for s in c.get("stages", {}) if s not in stages]
+    stages = stage_order(cases)
     header = ["case", "outcome", *stages]
     rows = [[c["nodeid"], c.get("outcome", ""), *(c.get("stages", {}).get(s, {}).get("status", "-") for s in stages)]
             for c in cases]
     if markdown:
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        lines += ["| " + " | ".join([f"`{r[0]}`", *r[1:]]) + " |" for r in rows]
-        case_table = "\n".join(lines)
+        case_table = markdown_table(header, [[f"`{r[0]}`", *r[1:]] for r in rows])
     else:
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        out = [" | ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), "-+-".join("-" * w for w in widths)]
-        out += [" | ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-        case_table = "\n".join(out)
+        case_table = text_table(header, rows)
     title = f"pytest-export report: {len(cases)} cases (torch {report.get('torch')})"
     cov = report.get("coverage") or coverage_summary(cases, None)
     parts = [f"### {title}" if markdown else title, case_table, stage_table(cases, markdown=markdown), coverage_line(cov)]

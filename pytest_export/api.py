@@ -1,12 +1,38 @@
-"""Plain-Python entry point: the same checks as ``pytest --export-check``, without pytest."""
+"""Plain-Python entry point: the same checks as ``pytest --export-check``, without pytest.
+
+``build`` and ``run`` are the path every case takes from its module and inputs to its result: ``check`` here,
+the ``export_check`` fixture and (``run`` only: its case comes from the test's return value) the marker.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .options import SessionOptions, merge, validate_keywords
 from .results import CaseResult
+
+if TYPE_CHECKING:
+    from .case import Case
+
+
+def build(name: str, module: Any, args: Any, kwargs: Any, keywords: dict[str, Any]) -> Case:
+    """A case from a module and its inputs, the marker's ``keywords`` validated (:class:`UsageError` if not)."""
+    from .case import Case
+
+    validate_keywords(name, (), keywords)
+    return Case.build(name, module, args, kwargs)
+
+
+def run(case: Case, keywords: dict[str, Any], *, nodeid: str, options: SessionOptions | None = None,
+        workdir: str | Path | None = None, device: str = "cpu", session: Any = None) -> CaseResult:
+    """Run every stage of ``case``: the session's ``options`` (default: those of ``--export-check`` alone) under
+    the marker's ``keywords``, on ``device``; ``session`` gives the stages run-wide caches (the pytest session)."""
+    from .runner import run_case
+
+    case_options = merge(options or SessionOptions(check=True), keywords)
+    case_options.device = device
+    return run_case(case, case_options, nodeid=nodeid, workdir=Path(workdir) if workdir else None, session=session)
 
 
 def check(module: Any, args: Any, kwargs: Any = None, *, name: str = "<check>", raise_on_failure: bool = False,
@@ -19,14 +45,11 @@ def check(module: Any, args: Any, kwargs: Any = None, *, name: str = "<check>", 
     Misuse raises :class:`pytest_export.UsageError`; a failed stage raises
     :class:`pytest_export.ExportCheckFailure` only with ``raise_on_failure=True``.
     """
-    from .case import Case
-    from .runner import run_case
-
-    validate_keywords(name, (), keywords)
-    case = Case.build(name, module, args, kwargs)
-    options = merge(session or SessionOptions(check=True), keywords)
-    options.device = device
-    result = run_case(case, options, nodeid=name, workdir=Path(workdir) if workdir else None)
+    result = run(build(name, module, args, kwargs, keywords), keywords, nodeid=name, options=session,
+                 workdir=workdir, device=device)
     if raise_on_failure:
         result.raise_for_failure()
     return result
+
+
+__all__ = ["check", "build", "run"]

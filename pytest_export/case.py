@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
 from .options import UsageError
@@ -17,8 +18,6 @@ class Case:
     @classmethod
     def from_return(cls, where: str, value: Any) -> "Case":
         """Validate what a marked test returned: ``(module, args)`` or ``(module, args, kwargs)``."""
-        import torch
-
         hint = "return (module, args) or (module, args, kwargs), e.g. `return Model().eval(), (torch.randn(4, 16),)`"
         if not isinstance(value, tuple) or len(value) not in (2, 3):
             got = "None (did the test forget to return?)" if value is None else f"{type(value).__name__} {_short(value)}"
@@ -68,3 +67,51 @@ class Case:
 def _short(value: Any) -> str:
     r = repr(value)
     return r if len(r) <= 80 else r[:77] + "..."
+
+
+def input_names(module: Any, args: tuple, kwargs: dict) -> list[str]:
+    """Names of the inputs as export combines them: positional by forward's signature, then kwargs."""
+    try:
+        sig = inspect.signature(module.forward)
+        bound = sig.bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return [f"args[{i}]" for i in range(len(args))] + list(kwargs)
+    names = []
+    for name, param in sig.parameters.items():
+        if name not in bound.arguments:
+            continue
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            names += [f"{name}[{i}]" for i in range(len(bound.arguments[name]))]
+        elif param.kind is inspect.Parameter.VAR_KEYWORD:
+            names += list(bound.arguments[name])
+        else:
+            names.append(name)
+    return names
+
+
+def expand_var_positional(spec: Any, module: Any, args: tuple, kwargs: dict) -> Any:
+    """``forward(self, *args)``: torch takes the ``*args`` entry as one tuple (``{"args": (a, b)}``, or that tuple
+    at its position); spread it over the inputs it covers, as ``input_names`` names them (``args[0]``, ...)."""
+    try:
+        sig = inspect.signature(module.forward)
+        bound = sig.bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return spec
+    names = [n for n in sig.parameters if n in bound.arguments]
+    var = next((n for n in names if sig.parameters[n].kind is inspect.Parameter.VAR_POSITIONAL), None)
+    if var is None:
+        return spec
+    count = len(bound.arguments[var])
+    if isinstance(spec, dict) and isinstance(spec.get(var), (list, tuple)) and len(spec[var]) == count:
+        out: dict[str, Any] = {}
+        for key, value in spec.items():
+            if key == var:
+                out.update({f"{var}[{i}]": v for i, v in enumerate(value)})
+            else:
+                out[key] = value
+        return out
+    if isinstance(spec, (list, tuple)) and len(spec) == len(names):
+        at = names.index(var)
+        if isinstance(spec[at], (list, tuple)) and len(spec[at]) == count:
+            return type(spec)([*spec[:at], *spec[at], *spec[at + 1:]])
+    return spec

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from .util import text_table
+
 UNTAGGED = "(untagged)"
 ALL = "all"
 LEGEND = ("each cell: passed/failed/xfailed/skipped (failed counts error and xpassed too); "
@@ -73,18 +75,10 @@ def conformance_table(cases: list[dict[str, Any]], core_ops: Iterable[str] | int
     ordered = sorted((n for n in rows if n not in (ALL, UNTAGGED)), key=str.lower)
     ordered += [n for n in (UNTAGGED, ALL) if n in rows]
     header = ["tag", "cases", "outcome", *stages]
-    table = [header] + [
-        [name, str(rows[name]["cases"]), _cell(rows[name]["outcome"]), *(_cell(rows[name]["stages"].get(s)) for s in stages)]
-        for name in ordered
-    ]
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    lines = []
-    for i, r in enumerate(table):
-        if r[0] == ALL:
-            lines.append("-+-".join("-" * w for w in widths))
-        lines.append(" | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))).rstrip())
-        if i == 0:
-            lines.append("-+-".join("-" * w for w in widths))
+    body = [[name, rows[name]["cases"], _cell(rows[name]["outcome"]), *(_cell(rows[name]["stages"].get(s)) for s in stages)]
+            for name in ordered]
+    lines = [text_table(header, body, right=range(1, len(header)),
+                        rule_before=[i for i, name in enumerate(ordered) if name == ALL])]
     lines.append(LEGEND)
     if core_ops is not None:
         lines.append(core_aten_line(cases, core_ops))

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from .util import environment
+
 
 @contextlib.contextmanager
 def _quiet(name: str):
@@ -52,29 +54,17 @@ def _loc(stack: Any, filenames: Any) -> str:
     return str(user[-1].get("loc") or "") if user else ""
 
 
-@contextlib.contextmanager
-def _trace_dir(workdir: Any):
+def _trace_env(workdir: Any):
     """draft_export writes its structured trace under the system temp dir unless told where: keep it in the
     case's own temp dir."""
-    if workdir is None:
-        yield
-        return
-    var = torch._logging._internal.DTRACE_ENV_VAR
-    old = os.environ.get(var)
-    os.environ[var] = str(workdir)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = old
+    # private: torch names the variable only in its internal logging module
+    return environment(**{torch._logging._internal.DTRACE_ENV_VAR: str(workdir)} if workdir is not None else {})
 
 
 def draft_findings(module: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, strict: bool,
                    workdir: Any = None) -> dict[str, Any]:
     """``{"failure_types": [...], "guards": [...], "failures": [{type, expr, where}]}`` from draft_export."""
-    with _quiet("torch.export._draft_export"), _quiet("torch.export"), _trace_dir(workdir):
+    with _quiet("torch.export._draft_export"), _quiet("torch.export"), _trace_env(workdir):
         ep = torch.export.draft_export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
     report = getattr(ep, "_report", None)
     failures = []
@@ -169,7 +159,7 @@ def to_python(spec: Any) -> str:
 def diagnose(exc: BaseException, module: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, strict: bool,
              workdir: Any = None) -> dict[str, Any]:
     """Everything known about a failed export, as JSON-able data; never raises."""
-    from .runner import describe_exception
+    from .util import describe_exception
 
     out: dict[str, Any] = {}
     try:

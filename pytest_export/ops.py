@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import operator
 
 import torch
 
@@ -91,4 +90,4 @@ def _resolve(name: str):
         return None
 
 
-__all__ = ["op_facts", "program_ops", "is_core", "all_core_ops", "countable_core_ops", "op_name", "operator"]
+__all__ = ["op_facts", "program_ops", "is_core", "all_core_ops", "countable_core_ops", "op_name"]

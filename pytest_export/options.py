@@ -10,6 +10,8 @@ import dataclasses
 import difflib
 from typing import Any, Callable
 
+from .util import comma_list
+
 STAGES = ("export", "compare", "serde", "decomp", "guards", "fuzz", "retrace", "unflatten", "cuda", "aoti")
 """Stage names in run order. They are public: reports, baselines and ``xfail`` use them."""
 
@@ -247,13 +249,11 @@ SKIPPABLE = tuple(s for s in STAGES if s != "export")
 
 def parse_skip_stages(value: Any) -> tuple[str, ...]:
     """``--export-skip-stages guards,fuzz`` -> ("guards", "fuzz"); ValueError naming the choices."""
-    parts: list[str] = []
-    for chunk in value if isinstance(value, (list, tuple)) else ([value] if value else []):
-        parts += [p.strip() for p in str(chunk).split(",") if p.strip()]
+    parts = comma_list(value or None)
     for p in parts:
         if p not in SKIPPABLE:
             raise ValueError(f"--export-skip-stages: unknown or required stage {p!r}; valid: {', '.join(SKIPPABLE)}")
-    return tuple(dict.fromkeys(parts))
+    return tuple(parts)
 
 
 def _suggest(key: str) -> str:

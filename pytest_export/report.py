@@ -1,15 +1,27 @@
-"""Files this tool writes: always JSON (never pickle), always atomically (an interrupted write keeps the old file)."""
+"""Every file this tool writes: the JSON report, the coverage op table (JSON and Markdown), the Markdown summary
+and the baseline. Always JSON (never pickle), always atomically (an interrupted write keeps the old file).
+
+The renderings come from ``summary``; this module only decides what goes where. Plain Python; no torch, no pytest.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from . import summary
+
+if TYPE_CHECKING:
+    from .baseline import Baseline
+    from .options import SessionOptions
 
 REPORT_VERSION = 1
+COVERAGE_VERSION = 1
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
@@ -23,7 +35,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with _suppress():
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     return path
@@ -61,19 +73,61 @@ def _default(obj: Any) -> Any:
     return str(obj)  # anything else JSON does not know (a path, a dtype) is written as its text
 
 
-class _suppress:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return True
-
-
 def build_report(cases: list[dict[str, Any]], torch_version: str | None, **extra: Any) -> dict[str, Any]:
     data: dict[str, Any] = {"version": REPORT_VERSION, "torch": torch_version}
     data.update(extra)
     data["cases"] = sorted(cases, key=lambda c: c["nodeid"])
     return data
+
+
+def session_report(cases: list[dict[str, Any]], session_data: Mapping[str, Any], torch_version: str | None,
+                   ) -> dict[str, Any]:
+    """The report of a run: its cases, the torch that ran them and the coverage they reach."""
+    return build_report(cases, session_data.get("torch") or torch_version,
+                        coverage=summary.coverage_summary(cases, session_data.get("core_ops")))
+
+
+def write_session(options: SessionOptions, cases: list[dict[str, Any]], session_data: Mapping[str, Any],
+                  torch_version: str | None, messages: Iterable[str] = (), environ: Mapping[str, str] = os.environ,
+                  ) -> None:
+    """The files a run asked for: ``--export-report``, ``--export-coverage`` and ``--export-summary-md`` (by
+    default appended to ``$GITHUB_STEP_SUMMARY`` where that is set and there are cases)."""
+    if options.report:
+        write_json_atomic(options.report, session_report(cases, session_data, torch_version))
+    if options.coverage:
+        write_coverage(options.coverage, cases, session_data)
+    md_path, append = options.summary_md, False
+    if md_path is None and environ.get("GITHUB_STEP_SUMMARY"):
+        md_path, append = environ["GITHUB_STEP_SUMMARY"], True
+    if md_path and cases:
+        write_summary_md(md_path, session_report(cases, session_data, torch_version), messages, append=append)
+
+
+def write_coverage(path: str, cases: list[dict[str, Any]], session: Mapping[str, Any]) -> tuple[Path, Path]:
+    """``--export-coverage PATH``: the op table as JSON at PATH and as Markdown at PATH with ``.md``."""
+    cov = summary.coverage_summary(cases, session.get("core_ops"))
+    data = {"version": COVERAGE_VERSION, "torch": session.get("torch"), "core_ops_total": cov.get("core_ops_total"),
+            "core_ops_reached": cov["core_ops_reached"], "ops": summary.op_table(cases, session.get("op_facts") or {})}
+    json_path = Path(path)
+    md_path = json_path.with_suffix(".md")
+    if md_path == json_path:
+        md_path = json_path.with_name(json_path.name + ".md")
+    write_json_atomic(json_path, data)
+    write_text_atomic(md_path, summary.coverage_markdown(data))
+    return json_path, md_path
+
+
+def write_summary_md(path: str, report: dict[str, Any], messages: Iterable[str] = (), append: bool = False) -> None:
+    text = summary.summary_markdown(report, messages)
+    if append:  # $GITHUB_STEP_SUMMARY is shared by every step of the job: add, never replace
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        write_text_atomic(path, text)
+
+
+def write_baseline(path: str, baseline: Baseline) -> Path:
+    return write_text_atomic(path, baseline.dumps())
 
 
 def read_report(path: str | os.PathLike) -> dict[str, Any]:
@@ -82,3 +136,7 @@ def read_report(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("version") != REPORT_VERSION or not isinstance(data.get("cases"), list):
         raise ValueError(f"{path}: not a pytest-export report (version {REPORT_VERSION} JSON with a 'cases' list)")
     return data
+
+
+__all__ = ["write_text_atomic", "write_json_atomic", "strict_json", "build_report", "session_report", "read_report",
+           "write_session", "write_coverage", "write_summary_md", "write_baseline", "REPORT_VERSION"]

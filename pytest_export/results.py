@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .util import text_table
+
 PASSED, FAILED, SKIPPED, ERROR, XFAILED, XPASSED = "passed", "failed", "skipped", "error", "xfailed", "xpassed"
 BAD = (FAILED, ERROR, XPASSED)
 
@@ -111,19 +113,11 @@ class CaseResult:
 
     # ---- text ---------------------------------------------------------------------------
     def table(self) -> str:
-        rows = [("stage", "status", "detail")]
+        rows = []
         for s in self.stages.values():
             detail = s.message.splitlines()[0] if s.message else ""
-            if len(detail) > 100:
-                detail = detail[:97] + "..."
-            rows.append((s.name, s.status, detail))
-        widths = [max(len(r[i]) for r in rows) for i in range(3)]
-        lines = []
-        for i, r in enumerate(rows):
-            lines.append(" | ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-            if i == 0:
-                lines.append("-+-".join("-" * w for w in widths))
-        return "\n".join(lines)
+            rows.append((s.name, s.status, detail if len(detail) <= 100 else detail[:97] + "..."))
+        return text_table(("stage", "status", "detail"), rows)
 
     def failure_text(self) -> str:
         parts = [f"export check of {self.nodeid}: {self.outcome}"]
@@ -132,9 +126,7 @@ class CaseResult:
         if self.stages:
             parts.append(self.table())
         if self.info.get("shapes") and any(s.status in BAD for s in self.stages.values()):
-            from .shapes import table_text
-
-            parts.append("declared vs achieved dynamic shapes:\n" + table_text(self.info["shapes"]))
+            parts.append("declared vs achieved dynamic shapes:\n" + shapes_table(self.info["shapes"]))
         for s in self.stages.values():
             if s.status in BAD:
                 parts.append(f"--- {s.name}: {s.status} ---\n{s.message}")
@@ -146,3 +138,15 @@ class CaseResult:
         if self.failed:
             raise ExportCheckFailure(self)
         return self
+
+
+def shapes_table(rows: list[dict[str, Any]]) -> str:
+    """The audit's rows (the report's ``shapes``), declared vs achieved, one line per declared axis."""
+    def rng(r: Any) -> str:
+        return "-" if not r else f"[{r[0]}, {'inf' if r[1] is None else r[1]}]"
+
+    body = [(f"{r['input']}" + ("" if r["axis"] is None else f".shape[{r['axis']}]"), str(r["declared"]),
+             rng(r["declared_range"]), str(r["achieved"]), rng(r["achieved_range"]),
+             r["status"] + (f" (refuses {r['refused_at']})" if r.get("refused_at") is not None else "")
+             + (f" (= {', '.join(r['equal_to'])})" if r.get("equal_to") else "")) for r in rows]
+    return text_table(("axis", "declared", "declared range", "achieved", "achieved range", "status"), body)

@@ -1,4 +1,9 @@
-"""Session state: options, torch set-up, the cases seen by this process, and the files written at the end."""
+"""The session: the state of one pytest run (its options, torch set-up, the cases seen by this process), the
+aggregation of cases and torch facts from xdist workers, and the end of the run on the controller.
+
+What it delegates: ``settings`` parses the options, ``gate`` judges results and the baseline, ``report`` writes
+every file, ``summary`` and ``conformance`` render the tables. A run without the plugin's options loads none of them.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from . import settings
+
 if TYPE_CHECKING:  # imported where used: a run without --export-check loads none of them
+    from .case import Case
     from .options import SessionOptions
     from .results import CaseResult
     from .variants import Variant
@@ -17,81 +25,8 @@ if TYPE_CHECKING:  # imported where used: a run without --export-check loads non
 SESSION_KEY = pytest.StashKey["ExportSession"]()
 
 
-def _int_option(config: pytest.Config, name: str, default: int) -> int:
-    value = config.getoption(name) or config.getini(name) or default
-    try:
-        n = int(value)
-        if n < 0:
-            raise ValueError
-    except (TypeError, ValueError):
-        raise pytest.UsageError(f"--{name.replace('_', '-')} must be a non-negative integer, got {value!r}")
-    return n
-
-
-def _flag(config: pytest.Config, name: str) -> bool:
-    return bool(config.getoption(name) or config.getini(name))
-
-
-def read_session_options(config: pytest.Config) -> SessionOptions:
-    from .options import SessionOptions, parse_skip_stages
-    from .variants import parse_devices, parse_modes
-
-    def flag(name: str) -> bool:
-        return _flag(config, name)
-
-    return SessionOptions(
-        check=flag("export_check"),
-        core_aten=flag("export_core_aten"),
-        examples=_int_option(config, "export_examples", 25),
-        max_size=_int_option(config, "export_max_size", 64),
-        report=_path_option(config, "export_report"),
-        timeout=_float_option(config, "export_timeout"),
-        baseline=_path_option(config, "export_baseline"),
-        baseline_update=flag("export_baseline_update"),
-        baseline_warn_stale=flag("export_baseline_warn_stale"),
-        coverage=_path_option(config, "export_coverage"),
-        summary_md=_path_option(config, "export_summary_md"),
-        diagnose=not flag("export_no_diagnose"),
-        aoti=flag("export_aoti"),
-        modes=_list_option(config, "export_modes", parse_modes),
-        devices=_list_option(config, "export_devices", parse_devices),
-        skip_stages=_list_option(config, "export_skip_stages", parse_skip_stages) or (),
-    )
-
-
-# every option and ini name of the plugin (pytest_addoption in plugin.py adds them)
-OPTION_NAMES = ("export_check", "export_tags", "export_report", "export_core_aten", "export_examples",
-                "export_max_size", "export_modes", "export_devices", "export_skip_stages", "export_aoti",
-                "export_timeout", "export_baseline", "export_baseline_update", "export_baseline_warn_stale",
-                "export_coverage", "export_summary_md", "export_no_diagnose")
-
-
-def _any_export_option(config: pytest.Config) -> bool:
-    return any(config.getoption(n) or config.getini(n) for n in OPTION_NAMES)
-
-
-def _path_option(config: pytest.Config, name: str) -> str | None:
-    return config.getoption(name) or config.getini(name) or None
-
-
-def _list_option(config: pytest.Config, name: str, parse: Any) -> tuple[str, ...] | None:
-    try:
-        return parse(config.getoption(name) or config.getini(name) or None)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc))
-
-
-def _float_option(config: pytest.Config, name: str) -> float | None:
-    value = config.getoption(name) or config.getini(name)
-    if value in (None, ""):
-        return None
-    try:
-        seconds = float(value)
-        if seconds <= 0 or seconds != seconds:
-            raise ValueError
-    except (TypeError, ValueError):
-        raise pytest.UsageError(f"--{name.replace('_', '-')} must be a positive number of seconds, got {value!r}")
-    return seconds
+def session_of(config: pytest.Config) -> ExportSession:
+    return config.stash[SESSION_KEY]
 
 
 class ExportSession:
@@ -99,9 +34,9 @@ class ExportSession:
 
     def __init__(self, config: pytest.Config):
         self.config = config
-        self.check = _flag(config, "export_check")
+        self.check: bool = settings.value(config, "export_check")
         self._options: SessionOptions | None = None
-        if self.check or _any_export_option(config):
+        if self.check or settings.any_given(config):
             self.options  # noqa: B018 - a bad option value is a usage error now, not at first use
         self.cases: dict[str, dict[str, Any]] = {}
         self.pending: dict[str, dict[str, Any]] = {}  # marked cases whose setup ran (to report a crash)
@@ -110,13 +45,14 @@ class ExportSession:
         self._baseline = None
         self._torch_ready = False
         self._cuda: bool | None = None
+        self._tmp_factory: pytest.TempPathFactory | None = None
         self._run_tmp: Path | None = None
 
     @property
     def options(self) -> SessionOptions:
         """The session's options, parsed on first use: a run without the plugin's options never imports them."""
         if self._options is None:
-            self._options = read_session_options(self.config)
+            self._options = settings.read_session_options(self.config)
         return self._options
 
     def cuda_available(self) -> bool:
@@ -135,9 +71,14 @@ class ExportSession:
         return variants(self.options.modes, self.options.devices, self.cuda_available)
 
     def run_tmp_dir(self) -> Path:
-        """A temp dir of this run (pytest's basetemp; per worker under xdist) for caches shared by its cases."""
+        """A temp dir of this run (pytest's basetemp; per worker under xdist) for caches shared by its cases.
+
+        Made from the ``tmp_path_factory`` fixture that the case's item handed to ``run``: pytest's public way
+        to a session-wide temp dir (its ``config._tmp_path_factory`` is private)."""
         if self._run_tmp is None:
-            self._run_tmp = self.config._tmp_path_factory.mktemp("pytest-export")
+            if self._tmp_factory is None:
+                raise RuntimeError("run_tmp_dir() is only available while ExportSession.run() runs a case")
+            self._run_tmp = self._tmp_factory.mktemp("pytest-export")
         return self._run_tmp
 
     @property
@@ -154,13 +95,13 @@ class ExportSession:
             torch.set_num_threads(1)  # two workers on two cores must not fight over threads
         self._torch_ready = True
 
-    def build_case(self, where: str, value: Any):
+    def build_case(self, where: str, value: Any) -> Case:
         self._ready()
         from .case import Case
 
         return Case.from_return(where, value)
 
-    def smoke(self, where: str, case: Any) -> None:
+    def smoke(self, where: str, case: Case) -> None:
         from .runner import describe_exception, smoke
 
         try:
@@ -168,16 +109,16 @@ class ExportSession:
         except Exception as exc:
             pytest.fail(f"{where}: eager forward raised on the example inputs: {describe_exception(exc)}", pytrace=False)
 
-    def run(self, nodeid: str, case: Any, keywords: dict[str, Any], workdir: Path, device: str = "cpu") -> CaseResult:
+    def run(self, nodeid: str, case: Case, keywords: dict[str, Any], workdir: Path, *, device: str = "cpu",
+            tmp_factory: pytest.TempPathFactory) -> CaseResult:
+        """Run one case under the session's options (the path ``pytest_export.check`` takes too)."""
         self._ready()
-        from .options import merge
-        from .runner import run_case
+        self._tmp_factory = self._tmp_factory or tmp_factory
+        from .api import run
 
-        options = merge(self.options, keywords)
-        options.device = device
-        return run_case(case, options, nodeid=nodeid, workdir=workdir, session=self)
+        return run(case, keywords, nodeid=nodeid, options=self.options, workdir=workdir, device=device, session=self)
 
-    # ---- the baseline (read on every process: workers judge their own cases) ----------------
+    # ---- the gate (the baseline is read on every process: workers judge their own cases) -----------
     @property
     def baseline(self):
         if self._baseline is None and self.check and self.options.baseline:
@@ -191,56 +132,10 @@ class ExportSession:
         return self._baseline
 
     def gate(self, result: CaseResult) -> tuple[str, str]:
-        """What the item does with its result: ``("fail" | "xfail" | "warn" | "pass", text)``.
+        """What the item does with its result: ``("fail" | "xfail" | "warn" | "pass", text)`` (see ``gate.judge``)."""
+        from .gate import judge
 
-        An error (a stage that ended ``error``, or a case-level error) always fails, with or without a baseline
-        and in update mode too: the harness could not decide, so no baseline can expect it. Without a baseline
-        a failed case fails. With one, known failures are expected (xfail); new failures (unlisted, or listed
-        with another signature) and new non-core ops fail; entries that now pass are stale (fail, or warn).
-        In update mode every failure is being recorded, so no failure fails the item.
-        """
-        from . import baseline as bl
-
-        base = self.baseline
-        case = result.to_json()
-        verdict: dict[str, Any] = {}
-        if base is not None and not self.options.baseline_update:
-            verdict = bl.judge(case, base)  # in the report even where an error fails the item
-            if verdict:
-                result.info["baseline"] = verdict
-        errors = bl.errors_of(case)
-        if errors:
-            return "fail", _error_text(result, errors)
-        if base is None:
-            return ("fail", result.failure_text()) if result.failed else ("pass", "")
-        if self.options.baseline_update:
-            now = bl.failures_of(case)
-            return ("xfail", "recorded in the baseline: " + _stages_text(
-                {s: e["reason"] for s, e in now.items()})) if now else ("pass", "")
-        path = self.options.baseline
-        if verdict.get("new") or verdict.get("new_non_core"):
-            lines = [result.failure_text(), "", f"--- baseline {path} ---"]
-            listed = base.failures.get(result.nodeid, {})
-            unlisted = {s: r for s, r in verdict.get("new", {}).items() if s not in listed}
-            if unlisted:
-                lines.append("new failure (not in the baseline): " + _stages_text(unlisted))
-            for s, r in sorted(verdict.get("new", {}).items()):
-                if s in listed:  # listed, but it fails for another reason now
-                    lines.append(f"new failure in {s}: {r}")
-            if verdict.get("new_non_core"):
-                lines.append("new non-core op after decomposition (not in the baseline): "
-                             + ", ".join(verdict["new_non_core"]))
-            lines.append("fix it, or accept it with --export-baseline-update")
-            return "fail", "\n".join(lines)
-        if result.outcome == "failed" and any(s.status == "xpassed" for s in result.stages.values()):
-            return "fail", result.failure_text()
-        if verdict.get("stale"):
-            text = (f"stale: remove it: baseline {path} expects {_stages_text(verdict['stale'])} to fail, "
-                    "but it passes now (rerun with --export-baseline-update)")
-            return ("warn" if self.options.baseline_warn_stale else "fail"), text
-        if verdict.get("known"):
-            return "xfail", "known failure in the baseline: " + _stages_text(verdict["known"])
-        return ("fail", result.failure_text()) if result.failed else ("pass", "")
+        return judge(result, self.baseline, self.options)
 
     # ---- collecting results (controller side; under xdist the reports arrive from workers) ----
     @pytest.hookimpl
@@ -315,63 +210,20 @@ class ExportSession:
             return
         if not self.check:
             return
+        from . import report
+
         data = self.full_data()
-        self._finish_baseline(session)
-        if self.options.report:
-            self.write_report(self.options.report, data)
-        from . import summary
-
-        if self.options.coverage:
-            summary.write_coverage(self.options.coverage, list(self.cases.values()), data)
-        md_path = self.options.summary_md
-        append = False
-        if md_path is None and os.environ.get("GITHUB_STEP_SUMMARY"):
-            md_path, append = os.environ["GITHUB_STEP_SUMMARY"], True
-        if md_path and self.cases:
-            summary.write_summary_md(md_path, self.report_data(data), self.baseline_messages, append=append)
-
-    def _finish_baseline(self, session: pytest.Session) -> None:
-        if not self.options.baseline:
-            return
-        from . import baseline as bl
-        from .report import write_text_atomic
-
-        base = self.baseline
-        scope = prune_scope(self.config, session)
         cases = list(self.cases.values())
-        # errors fail their items whatever the baseline says; list them here too, so the summary explains why
-        # an update did not record them and a gate run did not expect them
-        errors = [f"error (never baselined): {c['nodeid']} [{', '.join(bl.errors_of(c))}]: the harness could not "
-                  "decide; fix what stopped it and rerun" for c in sorted(cases, key=lambda c: c["nodeid"])
-                  if bl.errors_of(c)]
-        if self.options.baseline_update:
-            new = bl.updated(base, cases, scope)
-            write_text_atomic(self.options.baseline, new.dumps())
-            self.baseline_messages.append(
-                f"baseline {self.options.baseline} updated: {sum(len(s) for s in new.failures.values())} known "
-                f"failure(s), {len(new.non_core_ops)} non-core op(s)"
-                + ("" if scope else " (subset run: entries of cases that did not run were kept)"))
-            self.baseline_messages += errors
-            return
-        stale = [f"{c['nodeid']} [{', '.join(sorted(c['baseline']['stale']))}]: passes now"
-                 for c in cases if c.get("baseline", {}).get("stale")]
-        stale += bl.session_stale(base, cases, scope)
-        new = []
-        for c in cases:
-            verdict = c.get("baseline", {})
-            listed = base.failures.get(c["nodeid"], {})
-            unlisted = sorted(s for s in verdict.get("new", {}) if s not in listed)
-            parts = [f"new failure in {', '.join(unlisted)}"] if unlisted else []
-            parts += [f"new failure in {s} ({r})" for s, r in sorted(verdict.get("new", {}).items()) if s in listed]
-            if verdict.get("new_non_core"):
-                parts.append(f"new non-core op {', '.join(verdict['new_non_core'])}")
-            if parts:
-                new.append(f"{c['nodeid']}: " + "; ".join(parts))
-        self.baseline_messages += [f"new: {m}" for m in new] + errors
-        verb = "stale (warning)" if self.options.baseline_warn_stale else "stale: remove it"
-        self.baseline_messages += [f"{verb}: {m}" for m in stale]
-        if stale and not self.options.baseline_warn_stale and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if self.options.baseline:
+            from .gate import finish
+
+            verdict = finish(self.baseline, cases, prune_scope(self.config, session), self.options)
+            if verdict.updated is not None:
+                report.write_baseline(self.options.baseline, verdict.updated)
+            self.baseline_messages += verdict.messages
+            if verdict.stale_fails and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        report.write_session(self.options, cases, data, self.torch_version(), self.baseline_messages)
 
     def torch_version(self) -> str | None:
         if self.session_data.get("torch"):
@@ -381,20 +233,6 @@ class ExportSession:
             import torch  # noqa: F811
         version = getattr(torch, "__version__", None) if torch else None
         return str(version) if version is not None else None  # a TorchVersion (str subclass) is no builtin
-
-    def report_data(self, data: dict[str, Any] | None = None) -> dict[str, Any]:
-        from .report import build_report
-        from .summary import coverage_summary
-
-        data = self.full_data() if data is None else data
-        cases = list(self.cases.values())
-        return build_report(cases, data.get("torch") or self.torch_version(),
-                            coverage=coverage_summary(cases, data.get("core_ops")))
-
-    def write_report(self, path: str, data: dict[str, Any] | None = None) -> None:
-        from .report import write_json_atomic
-
-        write_json_atomic(path, self.report_data(data))
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -452,19 +290,6 @@ def to_builtins(value: Any, where: str = "workeroutput") -> Any:
                     "worker (execnet sends builtin types only); convert it to str, int, float, list or dict")
 
 
-def _error_text(result: CaseResult, errors: list[str]) -> str:
-    """The failure text of a result the harness could not decide: never expected, never baselined."""
-    stages = [e for e in errors if e != "case"]
-    what = f"the {stages[0]} stage's message" if stages else "the case's error"
-    return (f"{result.failure_text()}\n\n{result.nodeid} [{', '.join(errors)}]: error: the harness could not "
-            f"decide; errors are never expected or baselined; fix what stopped it ({what} above says what; "
-            "a timeout: raise --export-timeout or make the case smaller)")
-
-
-def _stages_text(stages: dict[str, str]) -> str:
-    return "; ".join(f"{s} ({r})" if r else s for s, r in sorted(stages.items()))
-
-
 def prune_scope(config: pytest.Config, session: pytest.Session) -> list[str] | None:
     """Rootdir-relative folders that ran whole, or None for a subset run (``-k``, ``-m``, a file, a test id,
     ``--export-tags``, ``--lf``, a run stopped early): the baseline prunes only inside them."""
@@ -490,4 +315,4 @@ def prune_scope(config: pytest.Config, session: pytest.Session) -> list[str] | N
     return scope
 
 
-__all__ = ["ExportSession", "SESSION_KEY", "prune_scope", "to_builtins"]
+__all__ = ["ExportSession", "SESSION_KEY", "session_of", "prune_scope", "to_builtins"]

@@ -1,5 +1,5 @@
 """Renderings of a run's cases (the report's case dicts): the terminal summary, the decomposition coverage op
-table (JSON and Markdown) and the Markdown summary for CI job pages.
+table (JSON and Markdown) and the Markdown summary for CI job pages. ``report`` writes them to files.
 
 Plain Python; no torch, no pytest. Torch facts (the Core ATen op list, which ops the default table
 decomposes) come in as data, from the workers that ran the cases.
@@ -7,11 +7,10 @@ decomposes) come in as data, from the workers that ran the cases.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Iterable
 
 from .conformance import core_ops_reached, stage_order
-from .report import write_json_atomic, write_text_atomic
+from .util import markdown_table, text_table
 
 COLUMNS = ("passed", "failed", "skipped", "xfailed")
 _COLUMN_OF = {"passed": "passed", "failed": "failed", "error": "failed", "xpassed": "failed",
@@ -34,25 +33,12 @@ def stage_counts(cases: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     return rows
 
 
-def _table(header: list[str], body: list[list[str]], markdown: bool) -> str:
-    if markdown:
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
-        lines += ["| " + " | ".join(r) + " |" for r in body]
-        return "\n".join(lines)
-    rows = [header, *body]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    out = []
-    for i, r in enumerate(rows):
-        out.append(" | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))).rstrip())
-        if i == 0:
-            out.append("-+-".join("-" * w for w in widths))
-    return "\n".join(out)
-
-
 def stage_table(cases: list[dict[str, Any]], markdown: bool = False) -> str:
     """Cases by stage: how many passed, failed (error and strict XPASS count as failed), skipped, xfailed."""
-    rows = stage_counts(cases)
-    return _table(["stage", *COLUMNS], [[name, *(str(c[k]) for k in COLUMNS)] for name, c in rows.items()], markdown)
+    header = ["stage", *COLUMNS]
+    rows = [[name, *(c[k] for k in COLUMNS)] for name, c in stage_counts(cases).items()]
+    numbers = range(1, len(header))
+    return markdown_table(header, rows, right=numbers) if markdown else text_table(header, rows, right=numbers)
 
 
 def non_core_cases(cases: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
@@ -121,29 +107,16 @@ def op_table(cases: list[dict[str, Any]], op_facts: dict[str, dict[str, bool]]) 
 
 
 def coverage_markdown(data: dict[str, Any]) -> str:
+    """The ``--export-coverage`` op table (``data``: its JSON) in Markdown."""
+    yes = {True: "yes", False: "no", None: "?"}
+    rows = [[f"`{r['op']}`", yes[r["core"]], yes[r["decomposed"]], len(r["cases_before"]), len(r["cases_after"])]
+            for r in data["ops"]]
+    non_core = {r["op"]: r["cases_after"] for r in data["ops"] if r["cases_after"] and not r["core"]}
     lines = [f"# Decomposition coverage (torch {data.get('torch')})", "",
              coverage_line({"core_ops_reached": data["core_ops_reached"], "core_ops_total": data.get("core_ops_total"),
-                            "non_core": {r["op"]: r["cases_after"] for r in data["ops"] if r["cases_after"] and not r["core"]}},
-                           verbose=False), "",
-             "| op | core | decomposed | cases before | cases after |", "|---|---|---|---:|---:|"]
-    yes = {True: "yes", False: "no", None: "?"}
-    for r in data["ops"]:
-        lines.append(f"| `{r['op']}` | {yes[r['core']]} | {yes[r['decomposed']]} | {len(r['cases_before'])} | {len(r['cases_after'])} |")
+                            "non_core": non_core}, verbose=False), "",
+             markdown_table(["op", "core", "decomposed", "cases before", "cases after"], rows, right=(3, 4))]
     return "\n".join(lines) + "\n"
-
-
-def write_coverage(path: str, cases: list[dict[str, Any]], session: dict[str, Any]) -> tuple[Path, Path]:
-    """``--export-coverage PATH``: the op table as JSON at PATH and as Markdown at PATH with ``.md``."""
-    cov = coverage_summary(cases, session.get("core_ops"))
-    data = {"version": 1, "torch": session.get("torch"), "core_ops_total": cov.get("core_ops_total"),
-            "core_ops_reached": cov["core_ops_reached"], "ops": op_table(cases, session.get("op_facts") or {})}
-    json_path = Path(path)
-    md_path = json_path.with_suffix(".md")
-    if md_path == json_path:
-        md_path = json_path.with_name(json_path.name + ".md")
-    write_json_atomic(json_path, data)
-    write_text_atomic(md_path, coverage_markdown(data))
-    return json_path, md_path
 
 
 def summary_markdown(report: dict[str, Any], messages: Iterable[str] = (), limit: int = 20) -> str:
@@ -165,14 +138,5 @@ def summary_markdown(report: dict[str, Any], messages: Iterable[str] = (), limit
     return "\n".join(lines) + "\n"
 
 
-def write_summary_md(path: str, report: dict[str, Any], messages: Iterable[str] = (), append: bool = False) -> None:
-    text = summary_markdown(report, messages)
-    if append:  # $GITHUB_STEP_SUMMARY is shared by every step of the job: add, never replace
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        write_text_atomic(path, text)
-
-
-__all__ = ["summary_text", "stage_table", "coverage_summary", "coverage_line", "op_table", "write_coverage",
-           "summary_markdown", "write_summary_md", "non_core_cases"]
+__all__ = ["summary_text", "stage_table", "stage_counts", "coverage_summary", "coverage_line", "op_table",
+           "coverage_markdown", "summary_markdown", "non_core_cases"]

@@ -18,6 +18,8 @@ from typing import Any, Iterable
 
 import pytest
 
+from .util import comma_list
+
 TAG_MARKER_DOC = "pytest-export case tag"
 """The description of a marker registered for a tag (``pytest --markers`` lists them after collection)."""
 
@@ -49,20 +51,12 @@ def marker_name(tag: str, taken: dict[str, str] | None = None) -> str:
 
 def parse_tags(values: Any) -> list[str]:
     """``--export-tags a,b --export-tags c`` or ini ``export_tags = a, b c`` -> ["a", "b", "c"]."""
-    if values is None:
-        return []
-    if isinstance(values, str):
-        values = [values]
-    out: list[str] = []
-    for value in values:
-        for tag in re.split(r"[,\s]+", str(value)):
-            if tag and tag not in out:
-                out.append(tag)
-    return out
+    return comma_list(values, split=r"[,\s]+")
 
 
-def case_tags(item: pytest.Item, marker: str) -> list[str]:
-    """The tags given to an item's ``exportable`` marker (a string or a list of strings)."""
+def case_tags(item: pytest.Item, marker: str = "exportable") -> list[str]:
+    """The tags given to an item's ``exportable`` marker (a string or a list of strings): the one reader of them,
+    for selection, the report of a skipped or crashed case, and the markers added for ``-m``."""
     mark = item.get_closest_marker(marker)
     tags = mark.kwargs.get("tags", ()) if mark is not None else ()
     if isinstance(tags, str):

@@ -47,4 +47,32 @@ def repaired_torch_logs(found: list[str], names: tuple[str, ...] = SERDE_LOGGERS
             lg.removeFilter(flt)
 
 
-__all__ = ["repaired_torch_logs", "SERDE_LOGGERS"]
+
+
+@contextlib.contextmanager
+def quiet_trace_logs():
+    """torch.export logs structured-trace records at DEBUG; keep them out of pytest's captured log.
+
+    torch's own logging set-up makes this logger non-propagating, but only once it first runs, which can be
+    in the middle of the first export; set the intended state up front. pytest (9) also attaches its capture
+    handlers to every non-propagating logger directly. torch builds a trace record (graph dumps, stacks)
+    whenever the logger has any handler, so those handlers are detached while a case runs: no record is
+    built for nobody. torch's own trace handlers (``TORCH_TRACE``; draft_export adds its own) stay.
+    """
+    # private: torch's trace handler class has no public name, and it is the one handler that must stay
+    from torch._logging._internal import LazyTraceHandler
+
+    logger = logging.getLogger("torch.__trace")
+    logger.propagate = False
+    detached = [h for h in logger.handlers if not isinstance(h, LazyTraceHandler)]
+    for h in detached:
+        logger.removeHandler(h)
+    try:
+        yield
+    finally:
+        for h in detached:
+            if h not in logger.handlers:
+                logger.addHandler(h)
+
+
+__all__ = ["repaired_torch_logs", "quiet_trace_logs"]

@@ -82,4 +82,12 @@ def environment(**values: str | None):
     return _Env()
 
 
-__all__ = ["finite_int", "text_table", "markdown_table", "comma_list", "environment", "HUGE"]
+def describe_exception(exc: BaseException, limit: int = 4000) -> str:
+    text = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}".replace("builtins.", "")
+    text = text.strip()
+    if len(text) > limit:
+        text = text[: limit - 20] + "\n... (truncated)"
+    return text
+
+
+__all__ = ["describe_exception", "finite_int", "text_table", "markdown_table", "comma_list", "environment", "HUGE"]

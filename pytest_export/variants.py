@@ -15,6 +15,8 @@ import dataclasses
 import re
 from typing import Any, Callable
 
+from .util import comma_list
+
 MODES = ("non-strict", "strict")
 """Tracing modes: ``strict=False`` (the default of torch.export) and ``strict=True`` (TorchDynamo)."""
 
@@ -39,15 +41,13 @@ def parse_list(value: Any, option: str, valid: Callable[[str], bool], choices: s
     """``a,b`` (repeatable) -> ("a", "b"); None when not given; ValueError naming the option and the choices."""
     if value in (None, "", []):
         return None
-    parts: list[str] = []
-    for chunk in value if isinstance(value, (list, tuple)) else [value]:
-        parts += [p.strip() for p in str(chunk).split(",") if p.strip()]
+    parts = comma_list(value)
     if not parts:
         raise ValueError(f"{option} needs at least one value ({choices})")
     for p in parts:
         if not valid(p):
             raise ValueError(f"{option}: unknown value {p!r}; valid: {choices}")
-    return tuple(dict.fromkeys(parts))
+    return tuple(parts)
 
 
 def parse_modes(value: Any) -> tuple[str, ...] | None:

@@ -12,7 +12,8 @@ import _pytest.pytester as _pytester
 import pytest
 
 _KEEP = ("torch", "functorch", "sympy", "mpmath", "hypothesis", "xdist", "execnet", "filelock", "jinja2", "markupsafe",
-         "networkx", "fsspec", "typing_extensions", "pytest_export")
+         "networkx", "fsspec", "typing_extensions", "pytest_export", "numpy", "transformers", "tokenizers",
+         "safetensors", "regex", "yaml")
 
 
 class _KeepTorchSnapshot(_pytester.SysModulesSnapshot):

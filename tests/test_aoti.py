@@ -13,7 +13,7 @@ import torch
 from torch.export import Dim
 
 import pytest_export
-from pytest_export.stages.aoti import environment
+from pytest_export.util import environment
 from tests.helpers import cases_by_name, run_check, statuses, write_cases
 
 local = pytest.mark.skipif(not os.environ.get("PYTEST_EXPORT_AOTI"),

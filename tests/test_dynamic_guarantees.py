@@ -177,7 +177,7 @@ def test_an_unchecked_derived_relation_accepted_with_a_wrong_output_is_a_failure
                 return x * 2
             return x * 3
 
-    from pytest_export.runner import Context
+    from pytest_export.context import Context
 
     n = Dim("n", min=2, max=16)
     clean = check(Parity(), (torch.randn(8),), dynamic_shapes={"x": {0: 2 * n}})
@@ -213,7 +213,7 @@ def test_accepted_but_wrong_out_of_range_is_a_failure(monkeypatch):
         def forward(self, x):
             return x * 2, x.new_zeros(x.shape[1])
 
-    from pytest_export.runner import Context
+    from pytest_export.context import Context
 
     monkeypatch.setattr(Context, "module_of", _unchecked)
     res = check(ZerosLikeRow(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("b", min=2, max=8)}})

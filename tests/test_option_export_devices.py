@@ -9,9 +9,10 @@ import torch
 import pytest_export
 from pytest_export.case import Case
 from pytest_export.options import CaseOptions
-from pytest_export.runner import Context, StageFailure
-from pytest_export.stages.cuda import compare_across_devices, stage_cuda, tolerance_for
-from pytest_export.runner import Observation
+from pytest_export.context import Context, StageFailure
+from pytest_export.observe import Observation
+from pytest_export.stages.cuda import compare_across_devices, tolerance_for
+from pytest_export.stages.cuda import run as stage_cuda
 from tests.helpers import cases_by_name, run_check, statuses, write_cases
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is False)")

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from torch.export import Dim
 
 from pytest_export import UsageError
-from pytest_export.shapes import audit, parse
+from pytest_export.audit import audit
+from pytest_export.declaration import parse
 from pytest_export.strategies import assignments, boundaries, boundary_assignments, build_inputs
 
 

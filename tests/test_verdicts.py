@@ -214,7 +214,7 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _break_the_harness(monkeypatch, request):
-    from pytest_export import shapes
+    from pytest_export import context
     from pytest_export.stages import guards
     if "crash" in request.node.name:
         def boom(*a, **k):
@@ -223,7 +223,7 @@ def _break_the_harness(monkeypatch, request):
     if "audit" in request.node.name:
         def no_audit(*a, **k):
             raise ValueError("cannot map")
-        monkeypatch.setattr(shapes, "audit", no_audit)
+        monkeypatch.setattr(context, "audit", no_audit)
 '''
 
 CRASH_CASES = '''
@@ -257,7 +257,8 @@ def test_harness_crashes_are_errors_and_never_xfail(pytester):
 def test_stage_data_never_overwrites_status_or_message():
     from pytest_export.case import Case
     from pytest_export.options import CaseOptions
-    from pytest_export.runner import Context, Stage, StageFailure, _run_stage
+    from pytest_export.context import Context, Stage, StageFailure
+    from pytest_export.runner import _run_stage
 
     def stage(ctx):
         raise StageFailure("exporting changed the eager module's state: buffer n", kind="state-changed",

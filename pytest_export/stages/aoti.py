@@ -15,32 +15,19 @@ Run it with ``--export-aoti`` or the marker keyword ``aoti=True``; one compile c
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..compare import Mismatch
-from ..runner import Context, Observation, Stage, StageFailure, compare_observations, describe_exception, register_stage
+from ..context import Context, Stage, StageFailure
+from ..observe import RUN_SEED, Observation, clone_inputs, compare_observations, seed_all
+from ..probing import in_range_inputs, out_of_range_inputs
+from ..util import describe_exception, environment
 
 REFUSAL = ("input_handles[", "dim value is too", "unmatched dim value", "unmatched dtype", "unmatched device")
 MAX_SIZE_CHECKS = 8
-
-
-@contextlib.contextmanager
-def environment(**values: str) -> Iterator[None]:
-    """Set environment variables for a block and restore them after (unset ones are removed again)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def cache_dir(ctx: Context) -> Path:
@@ -52,15 +39,13 @@ def cache_dir(ctx: Context) -> Path:
 
 
 def _call(model: Any, args: tuple, kwargs: dict) -> Observation:
-    from ..runner import RUN_SEED, clone_inputs, seed_all
-
     a, k = clone_inputs((args, kwargs))
     seed_all(RUN_SEED)
     out = model(*a, **k)
     return Observation(out, (a, k), {})
 
 
-def stage_aoti(ctx: Context) -> dict[str, Any]:
+def run(ctx: Context) -> dict[str, Any]:
     out_dir = ctx.workdir / "aoti"
     tmp = out_dir / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -121,7 +106,7 @@ def _check(ctx: Context, model: Any, data: dict[str, Any]) -> dict[str, Any]:
 
     worst = check("the example inputs", ctx.case.args, ctx.case.kwargs, True)
     sizes = 0
-    for named, a, k in [p for p in ctx.in_range_inputs() if p[0]][:MAX_SIZE_CHECKS]:
+    for named, a, k in [p for p in in_range_inputs(ctx) if p[0]][:MAX_SIZE_CHECKS]:
         label = "sizes " + ", ".join(f"{n}={v}" for n, v in named.items())
         try:
             ctx.program_on(ctx.ep, a, k)
@@ -132,7 +117,7 @@ def _check(ctx: Context, model: Any, data: dict[str, Any]) -> dict[str, Any]:
         sizes += 1
     refused = 0
     raised: list[str] = []
-    for description, a, k in ctx.out_of_range_inputs():
+    for description, a, k in out_of_range_inputs(ctx):
         try:
             _call(model, a, k)
         except Exception as exc:  # noqa: BLE001
@@ -159,6 +144,4 @@ def _enabled(ctx: Context) -> bool:
     return ctx.options.aoti
 
 
-register_stage(Stage("aoti", stage_aoti, needs=("eager", "export"), enabled=_enabled), after="cuda")
-
-__all__ = ["stage_aoti", "environment", "cache_dir"]
+STAGE = Stage("aoti", run, needs=("eager", "export"), enabled=_enabled)

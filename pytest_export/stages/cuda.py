@@ -13,8 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..compare import Mismatch, compare_trees
-from ..runner import (Context, Observation, Stage, StageFailure, clone_inputs, describe_exception, observe,
-                      quiet_trace_logs, register_stage)
+from ..context import Context, Stage, StageFailure
+from ..observe import Observation, clone_inputs, observe
+from ..torchlog import quiet_trace_logs
+from ..util import describe_exception
 
 CROSS_DEVICE_TOLERANCES = {
     "float64": (1e-7, 1e-7),
@@ -78,7 +80,7 @@ def compare_across_devices(device_obs: Observation, cpu_obs: Observation, rtol: 
     return worst
 
 
-def stage_cuda(ctx: Context) -> dict[str, Any]:
+def run(ctx: Context) -> dict[str, Any]:
     import time
 
     import torch
@@ -117,6 +119,4 @@ def _enabled(ctx: Context) -> bool:
     return ctx.options.device.startswith("cuda")
 
 
-register_stage(Stage("cuda", stage_cuda, needs=("eager", "export"), enabled=_enabled), after="unflatten")
-
-__all__ = ["stage_cuda", "compare_across_devices", "CROSS_DEVICE_TOLERANCES", "tolerance_for"]
+STAGE = Stage("cuda", run, needs=("eager", "export"), enabled=_enabled)

@@ -13,9 +13,10 @@ import hashlib
 import re
 from typing import Any
 
-from ..runner import Context, Stage, StageFailure, StageSkip, describe_exception, register_stage
+from ..context import Context, Stage, StageFailure, StageSkip
 from ..strategies import BuilderError, assignments, boundary_assignments, build_inputs, shapes_of
-from .probing import has_small_size, in_range_problem, run_program
+from ..probing import has_small_size, in_range_problem, run_program
+from ..util import describe_exception
 
 _BLOB = re.compile(r"reproduce_failure\(\s*'[^']*'\s*,\s*b'([^']+)'\s*\)")
 
@@ -30,7 +31,7 @@ def parse_blob(text: str) -> bytes:
     return (m.group(1) if m else text.strip().strip("b'\"")).encode()
 
 
-def stage_fuzz(ctx: Context) -> dict[str, Any]:
+def run(ctx: Context) -> dict[str, Any]:
     n = ctx.options.examples
     if n <= 0:
         raise StageSkip("no examples requested (examples=0)")
@@ -89,7 +90,9 @@ def stage_fuzz(ctx: Context) -> dict[str, Any]:
             test = hypothesis.seed(ctx.options.seed)(test)
         if ctx.options.reproduce:
             test = hypothesis.reproduce_failure(hypothesis.__version__, parse_blob(ctx.options.reproduce))(test)
-        # keyed per case, so that a failure found here replays first on the next run
+        # keyed per case, so that a failure found here replays first on the next run. Private: Hypothesis keys
+        # its database by the test function, and every case runs this same closure; its only public lever,
+        # settings(database=...), would replace the database the user configured instead of keying into it.
         module = type(ctx.case.module)
         key = f"pytest-export:{ctx.nodeid}:{module.__module__}.{module.__qualname__}"
         test._hypothesis_internal_database_key = hashlib.sha256(key.encode()).digest()
@@ -176,6 +179,4 @@ def _report(ctx: Context, state: dict[str, Any], exc: BaseException, boundary: b
                         counterexample=found)
 
 
-register_stage(Stage("fuzz", stage_fuzz, needs=("eager", "export", "compare")), after="guards")
-
-__all__ = ["stage_fuzz", "parse_blob"]
+STAGE = Stage("fuzz", run, needs=("eager", "export", "compare"))

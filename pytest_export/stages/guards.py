@@ -14,111 +14,11 @@ probed, and "accepted but wrong" there is a warning.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from ..runner import Context, Stage, StageFailure, register_stage
-from ..shapes import FuzzModel
-from ..strategies import build_inputs
-from .probing import ACCEPTED, RAISED, has_small_size, in_range_problem, mismatch, run_eager, run_program
-
-PROBE_SEED = 1234
-MAX_RELATION_PROBES = 4
-MAX_STATIC_PROBES = 6
-
-
-@dataclasses.dataclass
-class Probe:
-    description: str
-    values: dict[str, int]
-    override: dict[tuple[int, int | None], int]
-    kind: str  # "in-range" | "zero" | "max" | "min" | "small" | "relation" | "static" | "additional"
-    inputs: tuple[tuple, dict] | None = None
-
-    @property
-    def in_range(self) -> bool:
-        return self.kind in ("in-range", "zero", "additional")
-
-
-def _label(ctx: Context, flat: int, dim: int | None) -> str:
-    path = ctx.declaration.paths[flat]
-    return path if dim is None else f"{path}.shape[{dim}]"
-
-
-def _describe(model: FuzzModel, values: dict[str, int]) -> str:
-    named = model.named(values)
-    return ", ".join(f"{k}={v}" for k, v in named.items()) or "the example sizes"
-
-
-def in_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
-    base = model.example_values()
-    seen: list[dict[str, int]] = []
-    out: list[Probe] = []
-
-    def add(values: dict[str, int]) -> None:
-        if values not in seen:
-            seen.append(values)
-            out.append(Probe(_describe(model, values), values, {}, "in-range"))
-
-    add({v.symbol: v.lo for v in model.vars})
-    add({v.symbol: v.hi for v in model.vars})
-    for v in model.vars:
-        for size in sorted({v.lo, v.lo + 1, v.hi - 1, v.hi}):
-            if v.lo <= size <= v.hi:
-                add({**base, v.symbol: size})
-    for v in model.vars:
-        if v.zero:  # a declared min of 0: size 0 is in the promise (findings there are warnings)
-            values = {**base, v.symbol: 0}
-            out.append(Probe(_describe(model, values), values, {}, "zero"))
-    for args, kwargs in ctx.declaration.additional:
-        out.append(Probe("an AdditionalInputs example", {}, {}, "additional", (tuple(args), dict(kwargs))))
-    return out
-
-
-def out_of_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
-    base = model.example_values()
-    example_sizes = model.sizes(base)
-    out: list[Probe] = []
-    axes_of: dict[str, list[tuple[int, int | None, Any]]] = {}
-    for flat, axes in model.shapes.items():
-        for dim, e in axes.items():
-            if not isinstance(e, int):
-                for s in e.free_symbols:
-                    axes_of.setdefault(str(s), []).append((flat, dim, e))
-    for v in model.vars:
-        names = "/".join(v.names)
-        if not v.unbounded:
-            out.append(Probe(f"{names}={v.hi + 1} (max {v.hi} + 1)", {**base, v.symbol: v.hi + 1}, {}, "max"))
-        if v.lo - 1 >= 2:
-            out.append(Probe(f"{names}={v.lo - 1} (min {v.lo} - 1)", {**base, v.symbol: v.lo - 1}, {}, "min"))
-        plain = [(f, d) for f, d, e in axes_of.get(v.symbol, []) if d is not None and e == model.symbols[v.symbol]]
-        if plain and len(plain) == len(axes_of.get(v.symbol, [])):
-            for small in (0, 1):
-                if small < v.lo and not (small == 0 and v.zero):
-                    out.append(Probe(f"{names}={small} (below the min; torch lets 0 and 1 through by design)",
-                                     {**base, v.symbol: small}, {}, "small"))
-        related = axes_of.get(v.symbol, [])
-        if len(related) > 1 or any(e != model.symbols[v.symbol] for _, _, e in related):
-            for flat, dim, e in related[:MAX_RELATION_PROBES]:
-                size = example_sizes[flat][dim] + 1
-                out.append(Probe(f"{_label(ctx, flat, dim)}={size}, breaking its relation {_declared_form(e, model)} "
-                                 f"with {names}={base[v.symbol]}", base, {(flat, dim): size}, "relation"))
-    static = 0
-    for flat, axes in model.shapes.items():
-        for dim, e in axes.items():
-            if dim is not None and isinstance(e, int) and static < MAX_STATIC_PROBES:
-                static += 1
-                out.append(Probe(f"{_label(ctx, flat, dim)}={e + 1} (static axis of size {e})", base,
-                                 {(flat, dim): e + 1}, "static"))
-    return out
-
-
-def _declared_form(e: Any, model: FuzzModel) -> str:
-    """``2*s77`` as the user wrote it: ``2*n``."""
-    import sympy
-
-    subs = {model.symbols[v.symbol]: sympy.Symbol(v.names[0]) for v in model.vars if v.names}
-    return str(e.xreplace(subs))
+from ..context import Context, Stage, StageFailure
+from ..probing import (ACCEPTED, RAISED, has_small_size, in_range_probes, in_range_problem, mismatch,
+                       out_of_range_probes, probe_inputs, run_eager, run_program)
 
 
 def _one_line(text: str, limit: int = 400) -> str:
@@ -129,15 +29,7 @@ def _one_line(text: str, limit: int = 400) -> str:
     return out if len(out) <= limit else out[: limit - 3] + "..."
 
 
-def probe_inputs(ctx: Context, model: FuzzModel, probe: Probe, builder: Any = None) -> tuple[tuple, dict]:
-    if probe.inputs is not None:
-        return probe.inputs
-    if builder is not None and not probe.override:
-        return build_inputs(model, probe.values, ctx.case.args, ctx.case.kwargs, PROBE_SEED, builder)
-    return build_inputs(model, probe.values, ctx.case.args, ctx.case.kwargs, PROBE_SEED, override=probe.override)
-
-
-def stage_guards(ctx: Context) -> dict[str, Any]:
+def run(ctx: Context) -> dict[str, Any]:
     audit = ctx.require_audit()
     model = audit.model
     failures = [(f, "declaration") for f in audit.failures]
@@ -209,6 +101,4 @@ def stage_guards(ctx: Context) -> dict[str, Any]:
     return data
 
 
-register_stage(Stage("guards", stage_guards, needs=("eager", "export", "compare")), after="decomp")
-
-__all__ = ["stage_guards", "in_range_probes", "out_of_range_probes", "probe_inputs", "Probe"]
+STAGE = Stage("guards", run, needs=("eager", "export", "compare"))

@@ -14,8 +14,11 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ..runner import Context, Stage, StageFailure, clone_inputs, describe_exception, quiet_trace_logs, register_stage
-from .probing import ACCEPTED, mismatch, run_program
+from ..context import Context, Stage, StageFailure
+from ..observe import clone_inputs
+from ..probing import ACCEPTED, in_range_inputs, mismatch, run_program
+from ..torchlog import quiet_trace_logs
+from ..util import describe_exception, finite_int
 
 MAX_SIZE_PROBES = 4
 
@@ -23,8 +26,6 @@ MAX_SIZE_PROBES = 4
 def input_axes(ep: Any) -> list[list[Any]]:
     """Per user-input tensor, each axis as its size (static) or its ``[lower, upper]`` range (dynamic)."""
     import torch
-
-    from ..runner import _bound
 
     specs = {s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"}
     out: list[list[Any]] = []
@@ -40,12 +41,12 @@ def input_axes(ep: Any) -> list[list[Any]]:
                 axes.append(size)
                 continue
             vr = ep.range_constraints.get(size.node.expr)
-            axes.append([_bound(vr.lower), _bound(vr.upper)] if vr is not None else "dynamic")
+            axes.append([finite_int(vr.lower), finite_int(vr.upper)] if vr is not None else "dynamic")
         out.append(axes)
     return out
 
 
-def stage_retrace(ctx: Context) -> dict[str, Any]:
+def run(ctx: Context) -> dict[str, Any]:
     import torch
 
     module = ctx.ep.module()
@@ -81,7 +82,7 @@ def stage_retrace(ctx: Context) -> dict[str, Any]:
     # at other sizes the reference is the first program, not eager: where the first program is wrong there,
     # guards and fuzz report it; retrace reports only what re-exporting changed
     against = "the first exported program"
-    for named, a, k in [p for p in ctx.in_range_inputs() if p[0]][:MAX_SIZE_PROBES]:
+    for named, a, k in [p for p in in_range_inputs(ctx) if p[0]][:MAX_SIZE_PROBES]:
         got = run_program(ctx, again, a, k)
         want = run_program(ctx, ctx.ep, a, k)
         if want.status != ACCEPTED:
@@ -99,6 +100,4 @@ def stage_retrace(ctx: Context) -> dict[str, Any]:
     return data
 
 
-register_stage(Stage("retrace", stage_retrace, needs=("eager", "export")), after="fuzz")
-
-__all__ = ["stage_retrace", "input_axes"]
+STAGE = Stage("retrace", run, needs=("eager", "export"))

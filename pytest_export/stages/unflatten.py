@@ -11,19 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runner import Context, Stage, StageFailure, describe_exception, observe, register_stage
-from .probing import mismatch
+from ..context import Context, Stage, StageFailure
+from ..observe import observe
+from ..probing import mismatch
+from ..util import describe_exception
 
 
 def _run(ctx: Context, module: Any) -> Any:
     return observe(module, module, ctx.case.args, ctx.case.kwargs)
 
 
-def _differs(ctx: Context, got: Any, want: Any) -> str | None:
-    return mismatch(ctx, got, want)
-
-
-def stage_unflatten(ctx: Context) -> dict[str, Any]:
+def run(ctx: Context) -> dict[str, Any]:
     import torch
 
     fqns = ctx.options.preserve_module_call_signature
@@ -42,7 +40,7 @@ def stage_unflatten(ctx: Context) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001
         raise StageFailure(f"the unflattened module raised on the example inputs: {describe_exception(exc)}",
                            exception=type(exc).__name__)
-    wrong = _differs(ctx, got, eager)
+    wrong = mismatch(ctx, got, eager)
     exported_ok = ctx.result.stage_status("compare") == "passed"
     problems: list[str] = []
     if wrong and exported_ok:
@@ -60,7 +58,7 @@ def stage_unflatten(ctx: Context) -> dict[str, Any]:
             continue
         finally:
             unflat.set_submodule(fqn, exported_sub)
-        bad = _differs(ctx, swapped, eager)
+        bad = mismatch(ctx, swapped, eager)
         if wrong is None and bad is None:
             swaps[fqn] = "same"
         elif wrong is None:
@@ -88,6 +86,4 @@ def _enabled(ctx: Context) -> bool:
     return bool(ctx.options.preserve_module_call_signature)
 
 
-register_stage(Stage("unflatten", stage_unflatten, needs=("eager", "export"), enabled=_enabled), after="retrace")
-
-__all__ = ["stage_unflatten"]
+STAGE = Stage("unflatten", run, needs=("eager", "export"), enabled=_enabled)

@@ -1,13 +1,9 @@
-"""The model of a ``dynamic_shapes`` declaration, and the audit of what export really kept dynamic.
+"""The model of a ``dynamic_shapes`` declaration: what the user promised, read before export.
 
 ``parse`` reads every form ``torch.export.export`` accepts and returns the root symbols with their declared
 ranges and, for every declared axis, its affine form ``a*root + b``. It rejects, before export, what torch
 would ignore silently or report far from the key (an axis past the tensor's rank, one name defined twice, an
 example outside its own declared range).
-
-``audit`` maps each declared axis to the exported program (user-input placeholder shapes looked up in
-``range_constraints``) and classifies it as kept, narrowed or specialized. ``FuzzModel`` is what the ``guards``
-and ``fuzz`` stages sample from: one variable per symbol export kept, inside declared-and-achieved ranges.
 
 No pytest here; torch is imported lazily by the functions that need it.
 """
@@ -15,13 +11,11 @@ No pytest here; torch is imported lazily by the functions that need it.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Any
 
+from .case import expand_var_positional, input_names
 from .options import UsageError
-
-KEPT, NARROWED, SPECIALIZED = "kept", "narrowed", "specialized"
-
+from .util import finite_int
 
 @dataclasses.dataclass
 class Root:
@@ -109,21 +103,14 @@ def describe_dim(d: Any) -> str:
         parts = [repr(d.__name__)]
         if d.min not in (None, 0):
             parts.append(f"min={d.min}")
-        if d.max is not None and d.max < 2**62 and str(d.max) != "int_oo":
+        if finite_int(d.max) is not None:
             parts.append(f"max={d.max}")
         return f"Dim({', '.join(parts)})"
     return repr(d)
 
 
 def _max_of(d: Any) -> int | None:
-    m = getattr(d, "max", None)
-    if m is None:
-        return None
-    try:
-        m = int(m)
-    except (TypeError, ValueError, OverflowError, AttributeError):
-        return None
-    return None if m >= 2**62 else m
+    return finite_int(getattr(d, "max", None))
 
 
 def resolve(dynamic_shapes: Any, module: Any, args: tuple, kwargs: dict) -> tuple[Any, list]:
@@ -134,6 +121,7 @@ def resolve(dynamic_shapes: Any, module: Any, args: tuple, kwargs: dict) -> tupl
         return dynamic_shapes.dynamic_shapes(module, args, kwargs), []
     if isinstance(dynamic_shapes, torch.export.AdditionalInputs):
         extra = []
+        # private: AdditionalInputs has no public accessor of the examples given to ``add``
         for ex in getattr(dynamic_shapes, "_examples", []):
             if isinstance(ex, tuple) and len(ex) == 2 and isinstance(ex[0], tuple) and (ex[1] is None or isinstance(ex[1], dict)):
                 extra.append((ex[0], dict(ex[1] or {})))
@@ -141,26 +129,6 @@ def resolve(dynamic_shapes: Any, module: Any, args: tuple, kwargs: dict) -> tupl
                 extra.append((tuple(ex), {}))
         return dynamic_shapes.dynamic_shapes(module, args, kwargs), extra
     return dynamic_shapes, []
-
-
-def input_names(module: Any, args: tuple, kwargs: dict) -> list[str]:
-    """Names of the inputs as export combines them: positional by forward's signature, then kwargs."""
-    try:
-        sig = inspect.signature(module.forward)
-        bound = sig.bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return [f"args[{i}]" for i in range(len(args))] + list(kwargs)
-    names = []
-    for name, param in sig.parameters.items():
-        if name not in bound.arguments:
-            continue
-        if param.kind is inspect.Parameter.VAR_POSITIONAL:
-            names += [f"{name}[{i}]" for i in range(len(bound.arguments[name]))]
-        elif param.kind is inspect.Parameter.VAR_KEYWORD:
-            names += list(bound.arguments[name])
-        else:
-            names.append(name)
-    return names
 
 
 class _Parser:
@@ -345,7 +313,7 @@ def parse(where: str, dynamic_shapes: Any, module: Any, args: tuple, kwargs: dic
         top = k[1].idx if k[0].idx == 0 else None
         head = tops[top][0] if top is not None else k[1].key
         paths.append(head + pytree.keystr(k[2:]))
-    spec = _expand_var_positional(spec, module, args, kwargs)
+    spec = expand_var_positional(spec, module, args, kwargs)
     if spec is not None:
         if isinstance(spec, dict):
             valid = [t[0] for t in tops]
@@ -376,34 +344,6 @@ def parse(where: str, dynamic_shapes: Any, module: Any, args: tuple, kwargs: dic
     return Declaration(p.roots, p.axes, paths, keys, additional)
 
 
-def _expand_var_positional(spec: Any, module: Any, args: tuple, kwargs: dict) -> Any:
-    """``forward(self, *args)``: torch takes the ``*args`` entry as one tuple (``{"args": (a, b)}``, or that tuple
-    at its position); spread it over the inputs it covers, as ``input_names`` names them (``args[0]``, ...)."""
-    try:
-        sig = inspect.signature(module.forward)
-        bound = sig.bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return spec
-    names = [n for n in sig.parameters if n in bound.arguments]
-    var = next((n for n in names if sig.parameters[n].kind is inspect.Parameter.VAR_POSITIONAL), None)
-    if var is None:
-        return spec
-    count = len(bound.arguments[var])
-    if isinstance(spec, dict) and isinstance(spec.get(var), (list, tuple)) and len(spec[var]) == count:
-        out: dict[str, Any] = {}
-        for key, value in spec.items():
-            if key == var:
-                out.update({f"{var}[{i}]": v for i, v in enumerate(value)})
-            else:
-                out[key] = value
-        return out
-    if isinstance(spec, (list, tuple)) and len(spec) == len(names):
-        at = names.index(var)
-        if isinstance(spec[at], (list, tuple)) and len(spec[at]) == count:
-            return type(spec)([*spec[:at], *spec[at], *spec[at + 1:]])
-    return spec
-
-
 def _additional_ranges(p: _Parser, additional: list, keys: list[str]) -> None:
     """AdditionalInputs promise every given input works: each varying axis ranges over the sizes seen."""
     import torch
@@ -426,267 +366,4 @@ def _additional_ranges(p: _Parser, additional: list, keys: list[str]) -> None:
             root.declared = "AdditionalInputs"
 
 
-# ---- the audit --------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class Var:
-    """One variable the fuzzer draws: a symbol export kept, in declared-and-achieved range."""
-
-    symbol: str
-    lo: int
-    hi: int
-    example: int
-    names: list[str]  # declared roots (and axis labels) that take this value
-    unbounded: bool = False
-    # the declaration promises this range (a named Dim, bounds written on a hint, AdditionalInputs): sizes 1 (and
-    # 0, where ``zero``) are inside the promise and probed as such (issue #18). A bare AUTO/DYNAMIC promises none.
-    promised: bool = False
-    zero: bool = False  # declared min 0: size 0 is probed as in range (its findings are warnings)
-
-
-@dataclasses.dataclass
-class FuzzModel:
-    vars: list[Var]
-    # per flat input: per axis, (sympy expr or int); for int inputs: key None
-    shapes: dict[int, dict[int | None, Any]]
-    symbols: dict[str, Any]  # symbol name -> sympy symbol
-
-    def sizes(self, values: dict[str, int]) -> dict[int, dict[int | None, int]]:
-        subs = {self.symbols[v.symbol]: values[v.symbol] for v in self.vars}
-        out: dict[int, dict[int | None, int]] = {}
-        for flat, axes in self.shapes.items():
-            out[flat] = {ax: (int(e) if isinstance(e, int) else int(e.xreplace(subs))) for ax, e in axes.items()}
-        return out
-
-    def example_values(self) -> dict[str, int]:
-        return {v.symbol: v.example for v in self.vars}
-
-    def named(self, values: dict[str, int]) -> dict[str, int]:
-        return {n: values[v.symbol] for v in self.vars for n in v.names}
-
-
-@dataclasses.dataclass
-class Audit:
-    rows: list[dict[str, Any]]
-    failures: list[str]
-    warnings: list[str]
-    model: FuzzModel
-    errors: list[str] = dataclasses.field(default_factory=list)  # axes the audit could not map (harness limits)
-    row_symbols: list[str | None] = dataclasses.field(default_factory=list)  # per row, the symbol it maps to
-    row_axes: list[tuple[int, int | None]] = dataclasses.field(default_factory=list)  # per row, (flat, dim)
-
-
-def _placeholder_values(ep: Any) -> dict[str, Any]:
-    """What the program holds for every user input leaf (placeholder ``meta["val"]``, or the constant), by keypath."""
-    import torch.utils._pytree as pytree
-    from torch.export.graph_signature import InputKind
-
-    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    vals = []
-    for spec in ep.graph_signature.input_specs:
-        if spec.kind != InputKind.USER_INPUT:
-            continue
-        name = getattr(spec.arg, "name", None)
-        node = nodes.get(name) if name is not None else None
-        vals.append(node.meta.get("val") if node is not None else getattr(spec.arg, "value", None))
-    tree = pytree.tree_unflatten(vals, ep.call_spec.in_spec)
-    flat, _ = pytree.tree_flatten_with_path(tree)
-    return {pytree.keystr(k): v for k, v in flat}
-
-
-def _expr(v: Any) -> Any:
-    """An int, or the sympy expression of a SymInt."""
-    import torch
-
-    if isinstance(v, torch.SymInt):
-        e = v.node.expr
-        return int(e) if e.is_number else e
-    return int(v)
-
-
-def _range_of(ep: Any, e: Any) -> tuple[int, int | None] | None:
-    vr = ep.range_constraints.get(e)
-    if vr is None:
-        return None
-    from .runner import _bound
-
-    return _bound(vr.lower) or 0, _bound(vr.upper)
-
-
-def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: int = 64) -> Audit:
-    """Declared vs achieved, per declared axis; the failures and warnings it implies; the model to fuzz."""
-    import torch
-
-    got = _placeholder_values(ep)
-    rows, failures, warnings, errors = [], [], [], []
-    row_symbols: list[str | None] = []
-    row_axes: list[tuple[int, int | None]] = []
-    promised: dict[str, bool] = {}
-    zero: dict[str, bool] = {}
-    shapes: dict[int, dict[int | None, Any]] = {}
-    for i, key in enumerate(decl.keys):
-        v = got.get(key)
-        if isinstance(v, torch.Tensor):
-            shapes[i] = {ax: _expr(s) for ax, s in enumerate(v.shape)}
-        elif isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool):
-            shapes[i] = {None: _expr(v)}
-    symbols: dict[str, Any] = {}
-    ranges: dict[str, list] = {}
-    names: dict[str, list[str]] = {}
-    examples: dict[str, int] = {}
-    for ax in decl.axes:
-        root = decl.roots[ax.root]
-        e = shapes.get(ax.flat, {}).get(ax.dim)
-        row = {"input": ax.path, "axis": ax.dim, "declared": ax.declared, "declared_range": [root.min, root.max]}
-        row_symbols.append(None)
-        row_axes.append((ax.flat, ax.dim))
-        if e is None:
-            row.update(achieved="?", achieved_range=None, status="error")
-            rows.append(row)
-            errors.append(f"{ax.label} (declared {ax.declared}) has no counterpart among the exported program's "
-                          "inputs")
-            continue
-        if isinstance(e, int):
-            row.update(achieved=e, achieved_range=[e, e], status=SPECIALIZED)
-            rows.append(row)
-            msg = (f"{ax.label} was declared {ax.declared} but export specialized it to {e} "
-                   f"(code such as int(x.shape[...]), an assert on the size or a size-1 example fixes it)")
-            if root.kind == "auto" and allow_static:
-                warnings.append(msg + "; allowed by allow_static=True")
-            elif root.kind == "auto" and not root.bounded:
-                failures.append(msg + "; pass allow_static=True if a static axis is what you want")
-            else:
-                failures.append(msg)
-            continue
-        free = sorted(e.free_symbols, key=str)
-        sym = free[0] if len(free) == 1 else None
-        achieved = _range_of(ep, sym) if sym is not None else None
-        axis_range = _range_of(ep, e)
-        row.update(achieved=str(e), achieved_range=list(achieved) if achieved else
-                   (list(axis_range) if axis_range else None))
-        status = KEPT
-        if achieved is not None:
-            lo, hi = achieved
-            floor = root.min if ax.dim is None else max(root.min, 2)  # sizes 0 and 1 are specialized by design
-            narrowed = lo > floor or (hi is not None and (root.max is None or hi < root.max))
-            if narrowed:
-                status = NARROWED
-                msg = (f"{ax.label} was declared {ax.declared} with range {root.range_text()} but export kept only "
-                       f"[{lo}, {'inf' if hi is None else hi}] (a branch or check on the size narrowed it)")
-                if root.kind == "auto" and not root.bounded:
-                    warnings.append(msg + "; fuzzing samples inside what export kept")
-                else:
-                    failures.append(msg)
-        row["status"] = status
-        rows.append(row)
-        if sym is None:
-            continue
-        row_symbols[-1] = str(sym)
-        symbols[str(sym)] = sym
-        # The declaration is the promise: a promised range is drawn and probed whole, whatever export kept (what
-        # it kept is measured against the declaration, above). A bare AUTO/DYNAMIC promises nothing: draw inside
-        # what export kept.
-        is_promised = root.kind in ("dim", "additional") or root.bounded
-        declared_in_sym = _root_range_in_symbol(e, sym, root, ax)
-        zero_here = False
-        if is_promised and declared_in_sym is not None:
-            lo, hi = declared_in_sym
-            if lo <= 0 and ax.dim is not None:
-                lo, zero_here = 1, True  # size 0 is probed by `guards` alone (its findings are warnings)
-        else:
-            r_lo, r_hi = declared_in_sym or (0, None)
-            lo, hi = achieved if achieved else (max(root.min, 2), root.max)
-            lo = max(lo, r_lo)
-            hi = r_hi if hi is None else (hi if r_hi is None else min(hi, r_hi))
-            if ax.dim is not None and e == sym:
-                lo = max(lo, 2)  # sizes 0 and 1 are specialized by design; `guards` probes them (warnings)
-        key = str(sym)
-        prev = ranges.get(key)
-        if prev:
-            lo, hi = max(lo, prev[0]), (hi if prev[1] is None else prev[1] if hi is None else min(hi, prev[1]))
-        promised[key] = promised.get(key, True) and is_promised
-        zero[key] = zero.get(key, True) and zero_here
-        ranges[key] = [lo, hi]
-        names.setdefault(key, [])
-        for n in (root.name,):
-            if n not in names[key]:
-                names[key].append(n)
-        if key not in examples:
-            examples[key] = _solve(e, sym, ax.example)
-    out_vars = []
-    for s, (lo, hi) in ranges.items():
-        ex = examples.get(s, lo)
-        unbounded = hi is None
-        if unbounded:
-            hi = max(max_size, lo, ex)
-        if hi < lo:
-            failures.append(f"no size satisfies both the declaration and what export kept for {', '.join(names[s])}")
-            continue
-        out_vars.append(Var(s, lo, hi, ex if ex is not None and lo <= ex <= hi else lo, names[s], unbounded,
-                            promised=promised.get(s, False), zero=zero.get(s, False)))
-    # tie AUTO axes that export unified: the table says so
-    by_sym: dict[str, list[str]] = {}
-    for row, ax in zip(rows, decl.axes):
-        if row.get("status") in (KEPT, NARROWED) and isinstance(row.get("achieved"), str):
-            by_sym.setdefault(row["achieved"], []).append(ax.label)
-    for row, ax in zip(rows, decl.axes):
-        peers = [lbl for lbl in by_sym.get(str(row.get("achieved")), []) if lbl != ax.label]
-        if peers:
-            row["equal_to"] = peers
-    return Audit(rows, failures, warnings, FuzzModel(out_vars, shapes, symbols), errors, row_symbols, row_axes)
-
-
-def _root_range_in_symbol(e: Any, sym: Any, root: Root, ax: Axis) -> tuple[int, int | None] | None:
-    """The declared root range expressed in the exported symbol (usually the symbol is the root); None where the
-    axis is not linear in the symbol."""
-    import sympy
-
-    coeff = e.coeff(sym) if e.is_Add or e.is_Mul else sympy.Integer(1)
-    const = e.subs(sym, 0)
-    try:
-        ca, cb = int(coeff), int(const)
-    except TypeError:
-        return None
-    if ca <= 0:
-        return None
-    # e = ca*sym + cb  and  e = ax.a*root + ax.b  =>  sym = (ax.a*root + ax.b - cb) / ca
-    def conv(v: int, up: bool) -> int:
-        num = ax.a * v + ax.b - cb
-        return -(-num // ca) if not up else num // ca
-
-    lo = conv(root.min, False)
-    hi = conv(root.max, True) if root.max is not None else None
-    return lo, hi
-
-
-def _solve(e: Any, sym: Any, size: int) -> int | None:
-    import sympy
-
-    if e == sym:
-        return size
-    try:
-        sols = sympy.solve(sympy.Eq(e, size), sym)
-    except Exception:  # noqa: BLE001 - a form sympy cannot invert: the lower bound stands in
-        return None
-    ints = [int(s) for s in sols if getattr(s, "is_integer", False)]
-    return ints[0] if ints else None
-
-
-def table_text(rows: list[dict[str, Any]]) -> str:
-    """Declared vs achieved, one line per declared axis."""
-    def rng(r: Any) -> str:
-        return "-" if not r else f"[{r[0]}, {'inf' if r[1] is None else r[1]}]"
-
-    head = ("axis", "declared", "declared range", "achieved", "achieved range", "status")
-    body = [(f"{r['input']}" + ("" if r["axis"] is None else f".shape[{r['axis']}]"), str(r["declared"]),
-             rng(r["declared_range"]), str(r["achieved"]), rng(r["achieved_range"]),
-             r["status"] + (f" (refuses {r['refused_at']})" if r.get("refused_at") is not None else "")
-             + (f" (= {', '.join(r['equal_to'])})" if r.get("equal_to") else "")) for r in rows]
-    widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
-    lines = [" | ".join(c.ljust(w) for c, w in zip(head, widths)).rstrip(), "-+-".join("-" * w for w in widths)]
-    lines += [" | ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in body]
-    return "\n".join(lines)
-
-
-__all__ = ["Root", "Axis", "Declaration", "parse", "audit", "Audit", "FuzzModel", "Var", "table_text",
-           "describe_dim"]
+__all__ = ["Root", "Axis", "Declaration", "parse", "resolve", "describe_dim"]

@@ -1,0 +1,205 @@
+"""What a stage gets and gives: the case context (the one exported program, reused by every stage), the stage
+protocol, and the two ways a stage ends other than passing (``StageFailure``: the model or export is wrong;
+``StageSkip``: it does not apply). A ``HarnessError`` (``results``) or any other exception is the harness's
+own: the runner makes it an ``error``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
+
+from .audit import KEPT, REFUSED_IN_RANGE, audit
+from .case import Case
+from .compare import Mismatch
+from .declaration import parse
+from .observe import Observation, compare_observations, observe
+from .options import CaseOptions, UsageError
+from .results import FAILED, XFAILED, CaseResult, HarnessError
+from .util import describe_exception
+
+
+class StageSkip(Exception):
+    """A stage does not apply to this case; the message says why."""
+
+
+class StageFailure(Exception):
+    """A stage found a defect in the model or its export: message for people, data for the report.
+
+    ``kind`` names the defect in a word (``mismatch``, ``refused-in-range``, ...): with the stage it is the
+    failure's signature, which the baseline compares (a different failure in a known-failing stage is new).
+    """
+
+    def __init__(self, message: str, /, kind: str | None = None, **data: Any):
+        super().__init__(message)
+        self.kind = kind
+        self.data = data
+
+
+@contextlib.contextmanager
+def failing_as(label: str, kind: str | None = None, **data: Any):
+    """The torch call a stage checks: whatever it raises is the stage's finding (``failed``), not a crash of
+    the harness (``error``; issue #18)."""
+    try:
+        yield
+    except (StageFailure, StageSkip, HarnessError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - what the checked call raises is the finding
+        raise StageFailure(f"{label} raised: {describe_exception(exc)}", kind=kind, exception=type(exc).__name__,
+                           **data) from exc
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage: its public ``name``, the stages whose product it ``needs``, when it is ``enabled`` for a case,
+    and ``run(ctx)``, which returns the stage's report data (``"message"`` for people) or raises
+    ``StageFailure`` / ``StageSkip``. Every module of ``stages/`` defines one as ``STAGE``."""
+
+    name: str
+    run: Callable[["Context"], dict[str, Any] | None]
+    needs: tuple[str, ...] = ()
+    enabled: Callable[["Context"], bool] = lambda ctx: True
+
+
+class Context:
+    """Everything a stage may use; the exported program lives here and is reused by every later stage."""
+
+    def __init__(self, case: Case, options: CaseOptions, nodeid: str, workdir: Path, session: Any = None,
+                 source: Case | None = None):
+        self.case = case
+        self.source = source or case  # the case as given (on cpu); ``case`` is its copy on options.device
+        self.options = options
+        self.nodeid = nodeid
+        self.workdir = workdir
+        self.session = session
+        self.result = CaseResult(nodeid, tags=list(options.tags))
+        self.ep = None
+        self.loaded: dict[str, Any] = {}
+        self.decomposed = None
+        self._reference: Observation | None = None
+        self._modules: dict[int, torch.nn.Module] = {}
+        self.declaration = None  # shapes.Declaration, parsed before export
+        self.audit_problem: str | None = None
+        self.declaration_error: str | None = None
+        self._audit = None
+        # stages whose product later stages can use although the stage itself did not pass (eager ran, but its
+        # outputs could not be compared: export must still be tried)
+        self.usable: set[str] = set()
+        self.python_changes: list[dict[str, Any]] = []  # what eager forward changed in the module's Python state
+        self.eager_rejects: list[str] = []  # sizes 0/1 inside the promise where eager itself raises (no failure)
+
+    # dynamic shapes ------------------------------------------------------------------------
+    def audit(self):
+        """Declared vs achieved for the exported program (``shapes.Audit``), computed once; None if unavailable
+        (``audit_problem`` says why)."""
+        if self._audit is None and self.ep is not None and self.declaration is not None:
+            try:
+                self._audit = audit(self.declaration, self.ep, allow_static=self.options.allow_static,
+                                    max_size=self.options.max_size)
+            except Exception as exc:  # noqa: BLE001 - guards and fuzz end as `error`; export stands
+                self.audit_problem = f"could not map dynamic_shapes onto the exported program: {describe_exception(exc)}"
+                self.declaration = None
+        return self._audit
+
+    def require_audit(self):
+        """The audit, for a stage that cannot decide without it: a harness limit is an ``error`` (issue #18)."""
+        au = self.audit()
+        if au is None:
+            raise HarnessError(f"cannot check the declared ranges: {self.audit_problem or 'no dynamic-shapes model'}")
+        if au.errors:
+            raise HarnessError("cannot check the declared ranges: " + "; ".join(au.errors))
+        return au
+
+    def mark_refused(self, symbol: str, values: dict[str, int]) -> None:
+        """An in-range size the program refused: the audit table must not still say ``kept`` for its axes."""
+        au = self._audit
+        if au is None:
+            return
+        sizes = au.model.sizes(values)
+        for row, sym, (flat, dim) in zip(au.rows, au.row_symbols, au.row_axes):
+            if sym != symbol:
+                continue
+            size = sizes.get(flat, {}).get(dim)
+            if size is None:
+                continue
+            if size < row.get("refused_at", size + 1):
+                row["refused_at"] = size
+            if row.get("status") == KEPT:  # narrowed / specialized already say it is not kept
+                row["status"] = REFUSED_IN_RANGE
+
+    def export_dynamic_shapes(self) -> Any:
+        """``dynamic_shapes`` as handed to ``torch.export.export`` (every export of this case uses the same)."""
+        dynamic_shapes = self.options.dynamic_shapes
+        if isinstance(dynamic_shapes, torch.export.ShapesCollection):
+            # keyed by the identity of the example tensors: resolve it on the case's own inputs, not the clones
+            dynamic_shapes = dynamic_shapes.dynamic_shapes(self.source.module, self.source.args, self.source.kwargs)
+        return dynamic_shapes
+
+    # programs ------------------------------------------------------------------------------
+    def module_of(self, ep) -> torch.nn.Module:
+        """``ep.module()`` built once per program (it builds a new module on every call)."""
+        mod = self._modules.get(id(ep))
+        if mod is None:
+            mod = self._modules[id(ep)] = ep.module()
+        return mod
+
+    def reference(self) -> Observation:
+        if self._reference is None:
+            self._reference = observe(self.case.module, self.case.module, self.case.args, self.case.kwargs)
+        return self._reference
+
+    def eager_on(self, args: tuple, kwargs: dict) -> Observation:
+        return observe(self.case.module, self.case.module, args, kwargs)
+
+    def program_on(self, ep, args: tuple, kwargs: dict) -> Observation:
+        mod = self.module_of(ep)
+        return observe(mod, mod, args, kwargs)
+
+    def check_program(self, ep, label: str) -> dict[str, float]:
+        """The program against eager on the example inputs.
+
+        Where ``compare`` already found the exported program wrong, later programs are compared with the
+        exported one instead, so each stage reports its own defect and not the same mismatch again.
+        """
+        try:
+            got = self.program_on(ep, self.case.args, self.case.kwargs)
+        except Exception as exc:
+            raise StageFailure(f"the {label} program raised on the example inputs: {describe_exception(exc)}",
+                               kind="raised", exception=type(exc).__name__)
+        against, expected = "eager", None
+        # only a failed compare moves the reference; a compare skipped on request still leaves eager the reference
+        if ep is not self.ep and self.result.stage_status("compare") in (FAILED, XFAILED):
+            against = "the exported program (compare failed, so eager is not the reference here)"
+            expected = self.program_on(self.ep, self.case.args, self.case.kwargs)
+        try:
+            return compare_observations(got, expected or self.reference(), self.options)
+        except Mismatch as exc:
+            raise StageFailure(f"the {label} program disagrees with {against}:\n{exc}", kind="mismatch",
+                               errors=exc.errors, **exc.worst())
+
+    def read_declaration(self) -> None:
+        """The dynamic_shapes model, before export. A declaration that does not fit the case (an axis past the
+        rank, a name defined twice, an example outside its own range, a key that is no argument) fails the
+        ``export`` stage with a message that points at the key, without calling torch."""
+        try:
+            self.declaration = parse(self.nodeid, self.options.dynamic_shapes, self.source.module, self.source.args,
+                                    self.source.kwargs)
+            if self.case is not self.source and self.declaration.additional:
+                self.declaration.additional = [_to(self.options.device, a) for a in self.declaration.additional]
+        except UsageError as exc:
+            self.declaration_error = str(exc)
+            self.audit_problem = "dynamic_shapes does not fit the case"
+        except Exception as exc:  # noqa: BLE001 - export reports the real problem; guards and fuzz end as `error`
+            self.audit_problem = f"could not read dynamic_shapes: {describe_exception(exc)}"
+
+
+def _to(device: str, tree: Any) -> Any:
+    return pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, tree)
+
+
+__all__ = ["Context", "Stage", "StageFailure", "StageSkip", "failing_as"]

@@ -1,0 +1,145 @@
+"""The gate: what a case's result means for its test, and what the baseline means for the session.
+
+``judge`` turns one result into the item's action (``fail``, ``xfail``, ``warn`` or ``pass``) and its text;
+``finish`` turns the session's cases into the baseline's end-of-run messages, the rewritten baseline (update
+mode) and whether stale entries fail the session. The marker and the ``export_check`` fixture both go through
+``judge`` (``session.settle`` applies its action), so a case is gated the same way however it was checked.
+
+Plain Python over results and the report's case dicts; no torch, no pytest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from . import baseline as bl
+from .results import XFAILED
+
+if TYPE_CHECKING:
+    from .options import SessionOptions
+    from .results import CaseResult
+
+FAIL, XFAIL, WARN, PASS = "fail", "xfail", "warn", "pass"
+
+
+def judge(result: CaseResult, base: bl.Baseline | None, options: SessionOptions) -> tuple[str, str]:
+    """What the item does with its result: ``(FAIL | XFAIL | WARN | PASS, text)``.
+
+    An error (a stage that ended ``error``, or a case-level error) always fails, with or without a baseline
+    and in update mode too: the harness could not decide, so no baseline can expect it. Without a baseline
+    a failed case fails. With one, known failures are expected (xfail); new failures (unlisted, or listed
+    with another signature) and new non-core ops fail; entries that now pass are stale (fail, or warn).
+    In update mode every failure is being recorded, so no failure fails the item. The verdict is kept in
+    ``result.info["baseline"]`` for the report and the end-of-run messages.
+    """
+    case = result.to_json()
+    verdict: dict[str, Any] = {}
+    if base is not None and not options.baseline_update:
+        verdict = bl.judge(case, base)  # in the report even where an error fails the item
+        if verdict:
+            result.info["baseline"] = verdict
+    errors = bl.errors_of(case)
+    if errors:
+        return FAIL, error_text(result, errors)
+    if base is None:
+        return (FAIL, result.failure_text()) if result.failed else (PASS, "")
+    if options.baseline_update:
+        now = bl.failures_of(case)
+        return (XFAIL, "recorded in the baseline: " + stages_text(
+            {s: e["reason"] for s, e in now.items()})) if now else (PASS, "")
+    if verdict.get("new") or verdict.get("new_non_core"):
+        return FAIL, _new_text(result, verdict, base, options.baseline)
+    if result.outcome == "failed" and any(s.status == "xpassed" for s in result.stages.values()):
+        return FAIL, result.failure_text()
+    if verdict.get("stale"):
+        text = (f"stale: remove it: baseline {options.baseline} expects {stages_text(verdict['stale'])} to fail, "
+                "but it passes now (rerun with --export-baseline-update)")
+        return (WARN if options.baseline_warn_stale else FAIL), text
+    if verdict.get("known"):
+        return XFAIL, "known failure in the baseline: " + stages_text(verdict["known"])
+    return (FAIL, result.failure_text()) if result.failed else (PASS, "")
+
+
+def _new_text(result: CaseResult, verdict: dict[str, Any], base: bl.Baseline, path: str | None) -> str:
+    lines = [result.failure_text(), "", f"--- baseline {path} ---"]
+    listed = base.failures.get(result.nodeid, {})
+    unlisted = {s: r for s, r in verdict.get("new", {}).items() if s not in listed}
+    if unlisted:
+        lines.append("new failure (not in the baseline): " + stages_text(unlisted))
+    for s, r in sorted(verdict.get("new", {}).items()):
+        if s in listed:  # listed, but it fails for another reason now
+            lines.append(f"new failure in {s}: {r}")
+    if verdict.get("new_non_core"):
+        lines.append("new non-core op after decomposition (not in the baseline): " + ", ".join(verdict["new_non_core"]))
+    lines.append("fix it, or accept it with --export-baseline-update")
+    return "\n".join(lines)
+
+
+def xfailed_text(result: CaseResult) -> str:
+    """Why a case whose failing stages were all expected (``xfail={stage: reason}``) is xfailed."""
+    return "; ".join(f"{s.name}: {s.message.splitlines()[0]}" for s in result.stages.values() if s.status == XFAILED)
+
+
+def error_text(result: CaseResult, errors: list[str]) -> str:
+    """The failure text of a result the harness could not decide: never expected, never baselined."""
+    stages = [e for e in errors if e != bl.CASE_STAGE]
+    what = f"the {stages[0]} stage's message" if stages else "the case's error"
+    return (f"{result.failure_text()}\n\n{result.nodeid} [{', '.join(errors)}]: error: the harness could not "
+            f"decide; errors are never expected or baselined; fix what stopped it ({what} above says what; "
+            "a timeout: raise --export-timeout or make the case smaller)")
+
+
+def stages_text(stages: dict[str, str]) -> str:
+    return "; ".join(f"{s} ({r})" if r else s for s, r in sorted(stages.items()))
+
+
+@dataclasses.dataclass
+class Finish:
+    """The baseline's end of a run: lines for the summary, the file to write (update mode) and whether stale
+    entries fail the session."""
+
+    messages: list[str] = dataclasses.field(default_factory=list)
+    updated: bl.Baseline | None = None
+    stale_fails: bool = False
+
+
+def finish(base: bl.Baseline, cases: list[dict[str, Any]], scope: list[str] | None,
+           options: SessionOptions) -> Finish:
+    """The session's baseline verdict over every case (``scope``: the folders that ran whole, or None)."""
+    out = Finish()
+    # errors fail their items whatever the baseline says; list them here too, so the summary explains why
+    # an update did not record them and a gate run did not expect them
+    errors = [f"error (never baselined): {c['nodeid']} [{', '.join(bl.errors_of(c))}]: the harness could not "
+              "decide; fix what stopped it and rerun" for c in sorted(cases, key=lambda c: c["nodeid"])
+              if bl.errors_of(c)]
+    if options.baseline_update:
+        out.updated = new = bl.updated(base, cases, scope)
+        out.messages.append(
+            f"baseline {options.baseline} updated: {sum(len(s) for s in new.failures.values())} known "
+            f"failure(s), {len(new.non_core_ops)} non-core op(s)"
+            + ("" if scope else " (subset run: entries of cases that did not run were kept)"))
+        out.messages += errors
+        return out
+    stale = [f"{c['nodeid']} [{', '.join(sorted(c['baseline']['stale']))}]: passes now"
+             for c in cases if c.get("baseline", {}).get("stale")]
+    stale += bl.session_stale(base, cases, scope)
+    new = []
+    for c in cases:
+        verdict = c.get("baseline", {})
+        listed = base.failures.get(c["nodeid"], {})
+        unlisted = sorted(s for s in verdict.get("new", {}) if s not in listed)
+        parts = [f"new failure in {', '.join(unlisted)}"] if unlisted else []
+        parts += [f"new failure in {s} ({r})" for s, r in sorted(verdict.get("new", {}).items()) if s in listed]
+        if verdict.get("new_non_core"):
+            parts.append(f"new non-core op {', '.join(verdict['new_non_core'])}")
+        if parts:
+            new.append(f"{c['nodeid']}: " + "; ".join(parts))
+    out.messages += [f"new: {m}" for m in new] + errors
+    verb = "stale (warning)" if options.baseline_warn_stale else "stale: remove it"
+    out.messages += [f"{verb}: {m}" for m in stale]
+    out.stale_fails = bool(stale) and not options.baseline_warn_stale
+    return out
+
+
+__all__ = ["judge", "finish", "Finish", "xfailed_text", "error_text", "stages_text", "FAIL", "XFAIL", "WARN", "PASS"]

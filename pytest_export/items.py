@@ -1,0 +1,180 @@
+"""A case's test, from case to result to gate.
+
+A marked test (its return value is the case) and an ``export_check(...)`` call (its arguments are) take one
+path: ``check`` runs the case through the session (``api.run``, as ``pytest_export.check`` does), and ``settle``
+turns the gate's verdict into the test's outcome (fail, xfail, a baseline warning, or pass), so the fixture
+honours ``xfail=`` and the baseline exactly as the marker does.
+
+Loaded with the plugin; imports no torch, and the harness only when a case runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import pytest
+
+from .session import session_of
+
+if TYPE_CHECKING:
+    from .case import Case
+    from .results import CaseResult
+
+MARKER = "exportable"
+VARIANT = "_pytest_export_variant"  # the hidden parameter of a case's mode/device items
+RESULTS_KEY = pytest.StashKey[list]()  # the results of an item's cases, for its reports
+
+
+class ExportBaselineWarning(pytest.PytestWarning):
+    """A stale --export-baseline entry, reported as a warning under --export-baseline-warn-stale."""
+
+
+def variant_of(item: pytest.Item) -> Any:
+    """The (mode, device) of this item of a marked case, or None where the case has one item."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get(VARIANT) if callspec is not None else None
+
+
+def record(item: pytest.Item, result: CaseResult) -> None:
+    """Keep a result on its item: ``pytest_runtest_makereport`` sends it with the call's report."""
+    item.stash.setdefault(RESULTS_KEY, []).append(result)
+
+
+def check(item: pytest.Item, case: Case, keywords: dict[str, Any], *, nodeid: str, workdir: Path,
+          tmp_factory: pytest.TempPathFactory, device: str = "cpu", info: dict[str, Any] | None = None,
+          act: bool = True) -> CaseResult:
+    """Run one case of ``item`` and settle the test (the marker's and the fixture's common path)."""
+    result = session_of(item.config).run(nodeid, case, keywords, workdir, device=device, tmp_factory=tmp_factory)
+    result.info.update(info or {})
+    return settle(item, result, act=act)
+
+
+def settle(item: pytest.Item, result: CaseResult, *, act: bool = True) -> CaseResult:
+    """Judge ``result`` (errors, baseline, xfail), record it for the report, show its warnings and, with ``act``,
+    fail, xfail or warn the test as the gate says; a case whose failures were all expected xfails."""
+    from .gate import FAIL, WARN, XFAIL, xfailed_text
+    from .options import ExportWarning
+    from .results import XFAILED
+
+    action, text = session_of(item.config).gate(result)
+    record(item, result)
+    for w in result.warnings:
+        warnings.warn(ExportWarning(f"{result.nodeid}: {w}"), stacklevel=2)
+    if not act:
+        return result
+    if action == FAIL:
+        pytest.fail(text, pytrace=False)
+    if action == WARN:
+        warnings.warn(ExportBaselineWarning(f"{result.nodeid}: {text}"))
+    if action == XFAIL:
+        pytest.xfail(text)
+    if result.outcome == XFAILED:
+        pytest.xfail(xfailed_text(result))
+    return result
+
+
+# ---- the marker ---------------------------------------------------------------------------------------
+
+
+def wrap(item: pytest.Function, func: Callable[..., Any]) -> Callable[..., None]:
+    """The marked test's function, made to check the case it returns."""
+
+    @functools.wraps(func)
+    def exportable_case(*args: Any, **kwargs: Any) -> None:
+        variant = variant_of(item)
+        es = session_of(item.config)
+        if variant is not None and variant.on_cuda and not es.cuda_available():
+            reason = (f"CUDA is not available (torch.cuda.is_available() is False): {item.nodeid} runs on "
+                      f"{variant.device} (--export-devices)")
+            from .results import SKIPPED, CaseResult
+            from .tags import case_tags
+
+            record(item, CaseResult(item.nodeid, outcome=SKIPPED, tags=case_tags(item, MARKER),
+                                    info={"mode": variant.mode, "device": variant.device, "reason": reason}))
+            pytest.skip(reason)
+        try:
+            value = func(*args, **kwargs)
+        except BaseException as exc:
+            if es.check and isinstance(exc, Exception):
+                from .results import ERROR, CaseResult
+
+                record(item, CaseResult(
+                    item.nodeid, outcome=ERROR,
+                    error=f"{item.nodeid}: the test raised while building its case: {type(exc).__name__}: {exc}",
+                ))
+            raise
+        _run_marked(item, value)
+
+    return exportable_case
+
+
+def _run_marked(item: pytest.Function, value: Any) -> None:
+    from .options import UsageError, validate_keywords
+    from .results import ERROR, CaseResult
+
+    es = session_of(item.config)
+    marker = item.get_closest_marker(MARKER)
+    try:
+        validate_keywords(item.nodeid, marker.args, marker.kwargs)
+        case = es.build_case(item.nodeid, value)
+        problem = None
+    except UsageError as exc:
+        problem = str(exc)
+    if problem is not None:
+        if es.check:
+            record(item, CaseResult(item.nodeid, outcome=ERROR, error=problem))
+        pytest.fail(problem, pytrace=False)
+    if not es.check:
+        es.smoke(item.nodeid, case)
+        return
+    keywords, device, info = dict(marker.kwargs), "cpu", None
+    variant = variant_of(item)
+    if variant is not None:
+        if variant.mode is not None:
+            keywords["strict"] = variant.mode == "strict"  # --export-modes overrides the marker's strict
+        device = variant.device or "cpu"
+        info = {"mode": "strict" if keywords.get("strict") else "non-strict", "device": device}
+    # both fixtures are added to every marked item at collection (plugin.pytest_collection_modifyitems)
+    check(item, case, keywords, nodeid=item.nodeid, workdir=Path(item.funcargs["tmp_path"]),
+          tmp_factory=item.funcargs["tmp_path_factory"], device=device, info=info)
+
+
+# ---- the fixture --------------------------------------------------------------------------------------
+
+
+def fixture_check(request: pytest.FixtureRequest, tmp_path: Path,
+                  tmp_path_factory: pytest.TempPathFactory) -> Callable[..., CaseResult]:
+    """The ``export_check`` fixture's function (see its docstring in ``plugin``)."""
+    calls: list[None] = []
+    item = request.node
+
+    def export_check(module: Any, args: Any, kwargs: Any = None, *, raise_on_failure: bool = True,
+                     device: str = "cpu", **keywords: Any) -> CaseResult:
+        from .api import build
+        from .options import UsageError
+        from .variants import is_device
+
+        where = item.nodeid
+        if not is_device(device):
+            pytest.fail(f"{where}: export_check(device={device!r}): valid devices are cpu, cuda, cuda:N", pytrace=False)
+        if device != "cpu" and not session_of(item.config).cuda_available():
+            pytest.skip(f"export_check(device={device!r}): CUDA is not available on this machine")
+        try:
+            case, problem = build(where, module, args, kwargs, keywords), None
+        except UsageError as exc:
+            problem = str(exc)
+        if problem is not None:  # failed outside the except block: no chained traceback in the report
+            pytest.fail(problem, pytrace=False)
+        calls.append(None)
+        nodeid = where if len(calls) == 1 else f"{where}#{len(calls)}"
+        return check(item, case, keywords, nodeid=nodeid, workdir=tmp_path / f"export_check_{len(calls)}",
+                     tmp_factory=tmp_path_factory, device=device, act=raise_on_failure)
+
+    return export_check
+
+
+__all__ = ["MARKER", "VARIANT", "RESULTS_KEY", "ExportBaselineWarning", "check", "settle", "record", "wrap",
+           "variant_of", "fixture_check"]

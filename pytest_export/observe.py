@@ -1,0 +1,84 @@
+"""Observing a forward call: the outputs, the inputs afterwards, the buffers afterwards and what it changed in the
+module's Python state; and comparing two observations. Every forward the harness runs goes through here, so
+none leaves a trace on the user's module (``modstate``) and every one is seeded alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Callable
+
+import torch
+import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
+
+from .compare import compare_trees
+from .modstate import preserved_state, python_state, python_state_changes, restore_python_state
+from .options import CaseOptions
+
+RUN_SEED = 0x5EED
+
+
+@dataclasses.dataclass
+class Observation:
+    """What one forward call did: its outputs, its inputs afterwards, module buffers afterwards, and the plain
+    Python attributes of the module tree it changed (restored after the call; see ``modstate``)."""
+
+    outputs: Any
+    inputs: Any
+    buffers: dict[str, torch.Tensor]
+    python_changes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+def clone_inputs(tree: Any) -> Any:
+    return pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, tree)
+
+
+def seed_all(seed: int) -> None:
+    """``torch.manual_seed`` without its cost where no accelerator is initialized: there it queues a lazy
+    seeding call per backend (CUDA, XPU, MTIA) with a formatted stack each time, which costs milliseconds
+    per forward call. The CPU generator, and an accelerator's once it is initialized, are seeded alike."""
+    torch.random.default_generator.manual_seed(seed)
+    if torch.cuda.is_initialized():
+        torch.cuda.manual_seed_all(seed)
+
+
+def observe(module: Callable[..., Any], owner: torch.nn.Module, args: tuple, kwargs: dict) -> Observation:
+    a, k = clone_inputs((args, kwargs))
+    with preserved_state(owner) as record:
+        seed_all(RUN_SEED)
+        out = module(*a, **k)
+        buffers = {n: b.detach().clone() for n, b in owner.named_buffers()}
+    return Observation(out, (a, k), buffers, record.get("python_changes", []))
+
+
+def compare_observations(actual: Observation, expected: Observation, options: CaseOptions) -> dict[str, float]:
+    """Outputs, then inputs that forward mutated, then buffers; raise Mismatch on the first kind that differs."""
+    tol = {"rtol": options.rtol, "atol": options.atol}  # compare_trees fills in the dtype default of one not given
+    errs = compare_trees(actual.outputs, expected.outputs, root="output", **tol)
+    in_errs = compare_trees(actual.inputs, expected.inputs, root="input (after forward)", **tol)
+    common = sorted(set(actual.buffers) & set(expected.buffers))
+    buf_errs = compare_trees(
+        {n: actual.buffers[n] for n in common}, {n: expected.buffers[n] for n in common},
+        root="buffer (after forward)", **tol,
+    )
+    return {k: max(errs[k], in_errs[k], buf_errs[k]) for k in errs}
+
+
+@contextlib.contextmanager
+def preserved_python_state(module: torch.nn.Module):
+    """Plain Python attributes of the module tree as they were, after the block (export's tracing runs forward)."""
+    before = python_state(module)
+    try:
+        yield
+    finally:
+        if python_state_changes(before, python_state(module)):
+            restore_python_state(module, before)
+
+
+def python_change_text(change: dict[str, Any]) -> str:
+    return f"`{change['path']}` (was {change['was']}, now {change['now']})"
+
+
+__all__ = ["Observation", "RUN_SEED", "clone_inputs", "seed_all", "observe", "compare_observations",
+           "preserved_python_state", "python_change_text"]

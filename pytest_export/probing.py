@@ -1,0 +1,226 @@
+"""Probing a program at chosen sizes: which inputs to try (in range, out of range, broken relations, wrong static
+sizes), and what the program did with one: accepted (with its result), refused by a guard, or raised. Shared by
+``guards``, ``fuzz``, ``retrace`` and ``aoti``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .audit import FuzzModel
+from .compare import Mismatch
+from .context import Context
+from .observe import Observation, compare_observations
+from .strategies import build_inputs
+from .util import describe_exception
+
+ACCEPTED, REFUSED, RAISED = "accepted", "refused", "raised"
+
+_REFUSALS = ("Guard failed", "Expected input", "to be equal to", "to be <=", "to be >=", "is outside of",
+             "Dynamic shape constraint violation", "input_constraints")
+
+
+@dataclasses.dataclass
+class Verdict:
+    status: str
+    message: str = ""
+    observation: Observation | None = None
+
+
+def run_program(ctx: Context, ep: Any, args: tuple, kwargs: dict) -> Verdict:
+    try:
+        return Verdict(ACCEPTED, observation=ctx.program_on(ep, args, kwargs))
+    except Exception as exc:  # noqa: BLE001 - what the program does with an input is the finding
+        text = describe_exception(exc, 600)
+        refused = isinstance(exc, (AssertionError, RuntimeError, ValueError)) and any(r in str(exc) for r in _REFUSALS)
+        return Verdict(REFUSED if refused else RAISED, text.splitlines()[0] if refused else text)
+
+
+def run_eager(ctx: Context, args: tuple, kwargs: dict) -> Verdict:
+    try:
+        return Verdict(ACCEPTED, observation=ctx.eager_on(args, kwargs))
+    except Exception as exc:  # noqa: BLE001
+        return Verdict(RAISED, describe_exception(exc, 600))
+
+
+def mismatch(ctx: Context, got: Observation, want: Observation) -> str | None:
+    try:
+        compare_observations(got, want, ctx.options)
+    except Mismatch as exc:
+        return str(exc)
+    return None
+
+
+def has_small_size(ctx: Context, model: Any, values: dict[str, int]) -> bool:
+    """Whether a size assignment puts a declared-dynamic axis at 0 or 1 (where export's 0/1 specialization bites,
+    and where many eager ops give up too)."""
+    sizes = model.sizes(values)
+    return any(not isinstance(model.shapes[flat][dim], int) and size <= 1
+               for flat, axes in sizes.items() for dim, size in axes.items() if dim is not None)
+
+
+def in_range_problem(ctx: Context, got: Verdict, args: tuple, kwargs: dict, at: str = "",
+                     wrong: str | None = None, small: bool = False) -> str | None:
+    """What is wrong with the program's verdict on an in-range input: refused or raised, eager raising
+    (the declaration promises more than the model supports), or an output unlike eager's; None if right.
+
+    ``small``: the input puts a dynamic axis at size 0 or 1. Where eager itself raises there, it is not the
+    program's fault: recorded in ``ctx.eager_rejects``, no failure (issue #18).
+    """
+    where = f" {at}" if at else ""
+    want: Verdict | None = None
+    if got.status != ACCEPTED:
+        if small:
+            want = run_eager(ctx, args, kwargs)
+            if want.status != ACCEPTED:
+                _eager_rejects(ctx, where, want)
+                return None
+        what = "refused" if got.status == REFUSED else "raised on"
+        return f"the program {what} in-range sizes{where}: {got.message}"
+    want = run_eager(ctx, args, kwargs)
+    if want.status != ACCEPTED:
+        if small:
+            _eager_rejects(ctx, where, want)
+            return None
+        return (f"eager raised on in-range sizes{where} (the declared range is wider than the model supports, "
+                f"or the case needs an input_builder): {want.message}")
+    bad = mismatch(ctx, got.observation, want.observation)
+    if bad:
+        return f"{wrong or f'accepted but wrong at in-range sizes{where}'}:\n{bad}"
+    return None
+
+
+def _eager_rejects(ctx: Context, where: str, want: Verdict) -> None:
+    note = f"eager itself raises at{where or ' these sizes'} ({want.message.splitlines()[0][:200]}): not the program's fault"
+    if note not in ctx.eager_rejects:
+        ctx.eager_rejects.append(note)
+
+
+PROBE_SEED = 1234
+MAX_RELATION_PROBES = 4
+MAX_STATIC_PROBES = 6
+
+
+@dataclasses.dataclass
+class Probe:
+    description: str
+    values: dict[str, int]
+    override: dict[tuple[int, int | None], int]
+    kind: str  # "in-range" | "zero" | "max" | "min" | "small" | "relation" | "static" | "additional"
+    inputs: tuple[tuple, dict] | None = None
+
+    @property
+    def in_range(self) -> bool:
+        return self.kind in ("in-range", "zero", "additional")
+
+
+def _label(ctx: Context, flat: int, dim: int | None) -> str:
+    path = ctx.declaration.paths[flat]
+    return path if dim is None else f"{path}.shape[{dim}]"
+
+
+def _describe(model: FuzzModel, values: dict[str, int]) -> str:
+    named = model.named(values)
+    return ", ".join(f"{k}={v}" for k, v in named.items()) or "the example sizes"
+
+
+def in_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
+    base = model.example_values()
+    seen: list[dict[str, int]] = []
+    out: list[Probe] = []
+
+    def add(values: dict[str, int]) -> None:
+        if values not in seen:
+            seen.append(values)
+            out.append(Probe(_describe(model, values), values, {}, "in-range"))
+
+    add({v.symbol: v.lo for v in model.vars})
+    add({v.symbol: v.hi for v in model.vars})
+    for v in model.vars:
+        for size in sorted({v.lo, v.lo + 1, v.hi - 1, v.hi}):
+            if v.lo <= size <= v.hi:
+                add({**base, v.symbol: size})
+    for v in model.vars:
+        if v.zero:  # a declared min of 0: size 0 is in the promise (findings there are warnings)
+            values = {**base, v.symbol: 0}
+            out.append(Probe(_describe(model, values), values, {}, "zero"))
+    for args, kwargs in ctx.declaration.additional:
+        out.append(Probe("an AdditionalInputs example", {}, {}, "additional", (tuple(args), dict(kwargs))))
+    return out
+
+
+def out_of_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
+    base = model.example_values()
+    example_sizes = model.sizes(base)
+    out: list[Probe] = []
+    axes_of: dict[str, list[tuple[int, int | None, Any]]] = {}
+    for flat, axes in model.shapes.items():
+        for dim, e in axes.items():
+            if not isinstance(e, int):
+                for s in e.free_symbols:
+                    axes_of.setdefault(str(s), []).append((flat, dim, e))
+    for v in model.vars:
+        names = "/".join(v.names)
+        if not v.unbounded:
+            out.append(Probe(f"{names}={v.hi + 1} (max {v.hi} + 1)", {**base, v.symbol: v.hi + 1}, {}, "max"))
+        if v.lo - 1 >= 2:
+            out.append(Probe(f"{names}={v.lo - 1} (min {v.lo} - 1)", {**base, v.symbol: v.lo - 1}, {}, "min"))
+        plain = [(f, d) for f, d, e in axes_of.get(v.symbol, []) if d is not None and e == model.symbols[v.symbol]]
+        if plain and len(plain) == len(axes_of.get(v.symbol, [])):
+            for small in (0, 1):
+                if small < v.lo and not (small == 0 and v.zero):
+                    out.append(Probe(f"{names}={small} (below the min; torch lets 0 and 1 through by design)",
+                                     {**base, v.symbol: small}, {}, "small"))
+        related = axes_of.get(v.symbol, [])
+        if len(related) > 1 or any(e != model.symbols[v.symbol] for _, _, e in related):
+            for flat, dim, e in related[:MAX_RELATION_PROBES]:
+                size = example_sizes[flat][dim] + 1
+                out.append(Probe(f"{_label(ctx, flat, dim)}={size}, breaking its relation {_declared_form(e, model)} "
+                                 f"with {names}={base[v.symbol]}", base, {(flat, dim): size}, "relation"))
+    static = 0
+    for flat, axes in model.shapes.items():
+        for dim, e in axes.items():
+            if dim is not None and isinstance(e, int) and static < MAX_STATIC_PROBES:
+                static += 1
+                out.append(Probe(f"{_label(ctx, flat, dim)}={e + 1} (static axis of size {e})", base,
+                                 {(flat, dim): e + 1}, "static"))
+    return out
+
+
+def _declared_form(e: Any, model: FuzzModel) -> str:
+    """``2*s77`` as the user wrote it: ``2*n``."""
+    import sympy
+
+    subs = {model.symbols[v.symbol]: sympy.Symbol(v.names[0]) for v in model.vars if v.names}
+    return str(e.xreplace(subs))
+
+
+def probe_inputs(ctx: Context, model: FuzzModel, probe: Probe, builder: Any = None) -> tuple[tuple, dict]:
+    if probe.inputs is not None:
+        return probe.inputs
+    if builder is not None and not probe.override:
+        return build_inputs(model, probe.values, ctx.case.args, ctx.case.kwargs, PROBE_SEED, builder)
+    return build_inputs(model, probe.values, ctx.case.args, ctx.case.kwargs, PROBE_SEED, override=probe.override)
+
+
+def in_range_inputs(ctx: Context) -> list[tuple[dict[str, int], tuple, dict]]:
+    """Boundary sizes inside the declared-and-kept ranges, as (sizes by name, args, kwargs)."""
+    au = ctx.audit()
+    if au is None:
+        return []
+    return [(au.model.named(p.values), *probe_inputs(ctx, au.model, p, ctx.options.input_builder))
+            for p in in_range_probes(ctx, au.model) if p.kind == "in-range"]
+
+def out_of_range_inputs(ctx: Context) -> list[tuple[str, tuple, dict]]:
+    """Inputs a program must refuse (max+1, min-1 where checked, broken relations, wrong static sizes)."""
+    au = ctx.audit()
+    if au is None:
+        return []
+    return [(p.description, *probe_inputs(ctx, au.model, p)) for p in out_of_range_probes(ctx, au.model)
+            if p.kind != "small"]
+
+
+__all__ = ["ACCEPTED", "REFUSED", "RAISED", "Verdict", "Probe", "run_program", "run_eager", "mismatch",
+           "has_small_size", "in_range_problem", "in_range_probes", "out_of_range_probes", "probe_inputs",
+           "in_range_inputs", "out_of_range_inputs"]

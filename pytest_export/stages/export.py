@@ -1,0 +1,117 @@
+"""Stage ``export``: ``torch.export.export`` succeeds, once per case, and leaves the module's state unchanged.
+
+A declaration that does not fit the case fails here before torch runs; a failed export is diagnosed with
+``draft_export`` (its time reported apart, as ``diagnosis_s``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from ..context import Context, Stage, StageFailure
+from ..modstate import state_changes, state_snapshot
+from ..observe import clone_inputs, preserved_python_state
+from ..torchlog import quiet_trace_logs
+from ..util import describe_exception, finite_int
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    if ctx.declaration_error:
+        raise StageFailure(f"not exported: {ctx.declaration_error}", kind="usage", exception="UsageError")
+    module = ctx.case.module
+    _check_preserved(ctx)
+    before = state_snapshot(module)
+    args, kwargs = clone_inputs((ctx.case.args, ctx.case.kwargs))
+    dynamic_shapes = ctx.options.dynamic_shapes
+    try:
+        dynamic_shapes = ctx.export_dynamic_shapes()
+        extra = {}
+        if ctx.options.preserve_module_call_signature:
+            extra["preserve_module_call_signature"] = tuple(ctx.options.preserve_module_call_signature)
+        # tracing runs forward in Python: Python attributes it sets are put back (compare reports them)
+        with quiet_trace_logs(), preserved_python_state(module):
+            ctx.ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=ctx.options.strict,
+                                         **extra)
+    except Exception as exc:
+        data: dict[str, Any] = {"exception": type(exc).__name__}
+        text = describe_exception(exc) + export_hint(exc)
+        if ctx.options.diagnose:
+            text += "\n\n" + _diagnosis(ctx, exc, dynamic_shapes, data)
+        raise StageFailure(text.rstrip(), kind=type(exc).__name__, **data)
+    changed = state_changes(module, before)
+    data = {
+        "nodes": sum(1 for _ in ctx.ep.graph.nodes),
+        "range_constraints": {str(k): [finite_int(v.lower), finite_int(v.upper)] for k, v in ctx.ep.range_constraints.items()},
+    }
+    au = ctx.audit()
+    if au is not None and au.rows:
+        ctx.result.info["shapes"] = au.rows
+        counts: dict[str, int] = {}
+        for row in au.rows:
+            counts[row["status"]] = counts.get(row["status"], 0) + 1
+        data["message"] = "dynamic axes: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+        ctx.result.warnings.extend(au.warnings)
+    if changed:
+        raise StageFailure(
+            "exporting changed the eager module's state: " + ", ".join(changed)
+            + " (export must not run side effects on the model; check forward for in-place updates outside tensors)",
+            kind="state-changed", **data,
+        )
+    return data
+
+
+def _diagnosis(ctx: Context, exc: BaseException, dynamic_shapes: Any, data: dict[str, Any]) -> str:
+    """draft_export's account of a failed export, timed on its own; a diagnosis that itself crashes is said so,
+    and never hides the export failure."""
+    from ..diagnose import diagnose, diagnosis_text
+
+    t0 = time.perf_counter()
+    try:
+        a, k = clone_inputs((ctx.case.args, ctx.case.kwargs))
+        with quiet_trace_logs():
+            data["diagnosis"] = diagnose(exc, ctx.case.module, a, k, dynamic_shapes, ctx.options.strict,
+                                         ctx.workdir / "draft_export")
+        return diagnosis_text(data["diagnosis"])
+    except Exception as crash:  # noqa: BLE001 - the diagnosis is extra: its crash must not replace the finding
+        return f"(no diagnosis: draft_export could not run: {describe_exception(crash, 300)})"
+    finally:
+        data["diagnosis_s"] = round(time.perf_counter() - t0, 4)
+
+
+def _check_preserved(ctx: Context) -> None:
+    """Every ``preserve_module_call_signature`` name must be a submodule (torch raises a bare AttributeError)."""
+    module = ctx.case.module
+    names = [n for n, _ in module.named_modules() if n]
+    for fqn in ctx.options.preserve_module_call_signature:
+        try:
+            module.get_submodule(fqn)
+        except AttributeError:
+            shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "") if names else "none"
+            raise StageFailure(
+                f"not exported: {ctx.nodeid}: preserve_module_call_signature names {fqn!r}, which is no submodule of "
+                f"{type(module).__name__} (submodules: {shown}); give fully qualified submodule names",
+                exception="UsageError",
+            )
+
+
+_HINTS = {
+    "GuardOnDataDependentSymNode": "data-dependent Python control flow (a branch on tensor values); "
+    "use torch.cond, or torch._check for the value's range",
+    "UserError": "a declared dynamic_shapes promise does not hold; see the suggested fixes above",
+    "Unsupported": "strict tracing (TorchDynamo) cannot trace this code; try strict=False or rewrite it",
+    "ConstraintViolationError": "the declared Dim ranges conflict with the code's guards; see the suggested fixes",
+}
+
+
+def export_hint(exc: BaseException) -> str:
+    for cls in type(exc).__mro__:
+        hint = _HINTS.get(cls.__name__)
+        if hint:
+            return f"\nhint: {hint}"
+    return ""
+
+
+STAGE = Stage("export", run, needs=("eager",))
