@@ -179,8 +179,8 @@ class ExportSession:
             return {}
         from .ops import countable_core_ops, op_facts
 
-        ops = {op for c in self.cases.values() for s in ("decomp",)
-               for key in ("ops_before", "ops_after") for op in (c.get("stages", {}).get(s) or {}).get(key) or []}
+        ops = {op for c in self.cases.values() for key in ("ops_before", "ops_after")
+               for op in (c.get("stages", {}).get("decomp") or {}).get(key) or []}
         return {"torch": self.torch_version(), "core_ops": sorted(countable_core_ops()), "op_facts": op_facts(ops)}
 
     def full_data(self) -> dict[str, Any]:

@@ -12,6 +12,31 @@ import pytest, torch
 from torch.export import Dim
 '''
 
+# planted models several test files share (their source goes into pytester's test files)
+HANGS = '''
+import time
+
+class Hangs(torch.nn.Module):
+    def forward(self, x):
+        if torch.compiler.is_exporting():
+            while True:
+                time.sleep(0.05)
+        return x + 1
+'''
+"""A forward that hangs only while exporting: ``--export-timeout`` stops the `export` stage (an ``error``)."""
+
+SHORTCUT = '''
+import os
+
+class Shortcut(torch.nn.Module):
+    def forward(self, x):
+        if torch.compiler.is_exporting() or os.environ.get("FIXED"):
+            return x * 2
+        return x + x + 1e-3
+'''
+"""A forward that computes something else while exporting (and, with FIXED set, always): ``compare`` fails."""
+
+
 
 def write_cases(pytester, body: str, name: str = "test_cases") -> Path:
     return pytester.makepyfile(**{name: HEADER + body})

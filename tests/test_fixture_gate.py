@@ -11,16 +11,10 @@ import json
 import pytest
 import torch  # noqa: F401 - loaded here, before the inner runs, so pytester keeps numpy (see tests/conftest.py)
 
-from tests.helpers import write_cases
+from tests.helpers import SHORTCUT, write_cases
 
 CASES = '''
-import os
-
-class Shortcut(torch.nn.Module):
-    def forward(self, x):
-        if torch.compiler.is_exporting() or os.environ.get("FIXED"):
-            return x * 2
-        return x + x + 1e-3
+''' + SHORTCUT + '''
 
 @pytest.mark.exportable
 def test_marked():

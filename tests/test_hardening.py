@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import pytest_export
 from pytest_export.options import KEYWORDS, UsageError, validate_keywords
 from pytest_export.report import read_report, write_json_atomic
-from tests.helpers import cases_by_name, run_check, statuses, write_cases
+from tests.helpers import HANGS, cases_by_name, run_check, statuses, write_cases
 
 # ---- malformed declarations ---------------------------------------------------------------
 
@@ -132,18 +132,11 @@ def test_malformed_dynamic_shapes_end_in_a_clear_message_on_the_case(declaration
 
 def test_raising_factory_and_eager_are_not_export_failures(pytester):
     write_cases(pytester, '''
-import time
-
+''' + HANGS + '''
 class Boom(torch.nn.Module):
     def forward(self, x):
         raise RuntimeError("model bug")
 
-class Hangs(torch.nn.Module):
-    def forward(self, x):
-        if torch.compiler.is_exporting():
-            while True:
-                time.sleep(0.05)
-        return x + 1
 
 @pytest.mark.exportable
 def test_factory_raises():

@@ -7,16 +7,10 @@ import json
 import pytest
 
 from pytest_export import baseline as bl
-from tests.helpers import write_cases
+from tests.helpers import HANGS, SHORTCUT, write_cases
 
 CASES = '''
-import os
-
-class Shortcut(torch.nn.Module):
-    def forward(self, x):
-        if torch.compiler.is_exporting() or os.environ.get("FIXED"):
-            return x * 2
-        return x + x + 1e-3
+''' + SHORTCUT + '''
 
 class Lin(torch.nn.Module):
     def __init__(self):
@@ -262,15 +256,8 @@ def test_an_entry_without_signature_matches_any_failure_of_its_stage(suite, vers
 
 # ---- errors are never expected ----------------------------------------------------------------
 
-HANGS = '''
-import time
-
-class Hangs(torch.nn.Module):
-    def forward(self, x):
-        if torch.compiler.is_exporting():
-            while True:
-                time.sleep(0.05)
-        return x + 1
+HANGING = '''
+''' + HANGS + '''
 
 @pytest.mark.exportable
 def test_hangs():
@@ -283,7 +270,7 @@ def test_fine():
 
 
 def test_an_error_stage_fails_even_when_the_baseline_lists_it_and_is_never_recorded(pytester):
-    write_cases(pytester, HANGS)
+    write_cases(pytester, HANGING)
     # a legacy entry (no signature): it would match any outcome of `export` if errors were baselined
     _write(pytester, {"test_cases.py::test_hangs": {"export": "timed out"}}, version=1)
     r = run(pytester, "--export-timeout", "2", "--export-report", "r.json")

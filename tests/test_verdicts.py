@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import pytest_export
-from tests.helpers import cases_by_name, run_check, statuses, write_cases
+from tests.helpers import HANGS, cases_by_name, run_check, statuses, write_cases
 
 SEED = ("--hypothesis-seed", "0", "--export-examples", "8")
 
@@ -341,14 +341,7 @@ def test_timeout_that_cannot_be_enforced_says_so():
 
 def test_a_timed_out_stage_reports_the_time_it_ran(pytester):
     write_cases(pytester, '''
-import time
-
-class Hangs(torch.nn.Module):
-    def forward(self, x):
-        if torch.compiler.is_exporting():
-            while True:
-                time.sleep(0.05)
-        return x + 1
+''' + HANGS + '''
 
 @pytest.mark.exportable
 def test_hangs():
