@@ -18,6 +18,7 @@ from .audit import KEPT, REFUSED_IN_RANGE, audit
 from .case import Case
 from .compare import Mismatch
 from .declaration import parse
+from .modstate import StateKeeper
 from .observe import Observation, compare_observations, observe
 from .options import CaseOptions, UsageError
 from .results import FAILED, XFAILED, CaseResult, HarnessError
@@ -89,6 +90,7 @@ class Context:
         self._audit = None
         # stages whose product later stages can use although the stage itself did not pass (eager ran, but its
         # outputs could not be compared: export must still be tried)
+        self.keeper = StateKeeper()  # the modules' state tensors as they were, copied once per case
         self.usable: set[str] = set()
         self.python_changes: list[dict[str, Any]] = []  # what eager forward changed in the module's Python state
         self.eager_rejects: list[str] = []  # sizes 0/1 inside the promise where eager itself raises (no failure)
@@ -150,15 +152,16 @@ class Context:
 
     def reference(self) -> Observation:
         if self._reference is None:
-            self._reference = observe(self.case.module, self.case.module, self.case.args, self.case.kwargs)
+            self._reference = observe(self.case.module, self.case.module, self.case.args, self.case.kwargs,
+                                      self.keeper)
         return self._reference
 
     def eager_on(self, args: tuple, kwargs: dict) -> Observation:
-        return observe(self.case.module, self.case.module, args, kwargs)
+        return observe(self.case.module, self.case.module, args, kwargs, self.keeper)
 
     def program_on(self, ep, args: tuple, kwargs: dict) -> Observation:
         mod = self.module_of(ep)
-        return observe(mod, mod, args, kwargs)
+        return observe(mod, mod, args, kwargs, self.keeper)
 
     def check_program(self, ep, label: str) -> dict[str, float]:
         """The program against eager on the example inputs.

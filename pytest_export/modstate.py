@@ -39,10 +39,12 @@ def _plain(value: Any, depth: int = 0) -> Any:
     raise _NotPlain
 
 
-def python_state(module: torch.nn.Module) -> dict[str, tuple[Any, Any]]:
-    """``{"path.attr": (the object, a plain copy)}`` for the plain Python attributes of every submodule."""
+def python_state(module: torch.nn.Module, modules: list[tuple[str, torch.nn.Module]] | None = None
+                 ) -> dict[str, tuple[Any, Any]]:
+    """``{"path.attr": (the object, a plain copy)}`` for the plain Python attributes of every submodule
+    (``modules``: the module tree's ``named_modules()``, where the caller keeps it)."""
     out: dict[str, tuple[Any, Any]] = {}
-    for prefix, mod in module.named_modules(remove_duplicate=True):
+    for prefix, mod in modules if modules is not None else module.named_modules(remove_duplicate=True):
         for name, value in vars(mod).items():
             if name in _MODULE_INTERNALS or name.startswith("__"):
                 continue
@@ -117,40 +119,108 @@ def state_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
     return list(seen.values())
 
 
+class StateKeeper:
+    """Keeps the state tensors (parameters and buffers) of the modules a case runs as they were, for the whole case.
+
+    Each tensor is copied once per case, the first time a module that holds it runs (not before every forward:
+    for a large-weight model that copy cost as much as the forward itself; issue #16). After a forward, only
+    the tensors it mutated are put back: a tensor's version counter moves with every in-place write, and is
+    shared by every tensor that views its storage (``ep.module()`` shares storage with the user's module).
+    """
+
+    def __init__(self) -> None:
+        self._copies: dict[tuple, torch.Tensor] = {}
+        # per module: the module (kept alive, so its id stays its own), its state tensors with their originals,
+        # and which of them are buffers; built on the module's first forward
+        self._plans: dict[int, tuple[torch.nn.Module, list, list]] = {}
+
+    def _plan(self, module: torch.nn.Module) -> tuple[list[tuple[torch.Tensor, torch.Tensor, bool]], list]:
+        plan = self._plans.get(id(module))
+        if plan is None or plan[0] is not module:
+            params = {id(p) for p in module.parameters()}
+            plan = self._plans[id(module)] = (module, [(t, self.original(t), id(t) not in params)
+                                                       for t in state_tensors(module)],
+                                              list(module.named_modules(remove_duplicate=True)))
+        return plan[1], plan[2]
+
+    @staticmethod
+    def _key(t: torch.Tensor) -> tuple:
+        if t.layout != torch.strided:
+            return ("id", id(t))
+        return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+    def original(self, t: torch.Tensor) -> torch.Tensor:
+        """The tensor's value as it was when the case first ran its module (a copy; never written)."""
+        key = self._key(t)
+        copy = self._copies.get(key)
+        if copy is None:
+            copy = self._copies[key] = t.detach().clone()
+        return copy
+
+    @contextlib.contextmanager
+    def around(self, module: torch.nn.Module) -> Iterator[dict[str, Any]]:
+        """Run forward without leaving traces. The yielded dict has ``written(t)``: whether forward has changed
+        state tensor ``t`` (valid once forward returned), and ``original(t)``, its value before; after the block, ``python_changes`` (what forward
+        changed in the module's plain Python state, undone)."""
+        plan, modules = self._plan(module)
+        # private: Tensor._version has no public twin; it is how autograd itself detects in-place writes
+        versions = [t._version for t, _, _ in plan]
+        before = python_state(module, modules)
+        found: list[set[int]] = []
+
+        def changed() -> set[int]:
+            # Parameters by their version counter (one int each: no copy, no compare of large weights). Buffers
+            # also by value: a kernel that updates them in place (batch norm's running stats) moves no counter.
+            if not found:
+                found.append({id(t) for (t, copy, buffer), v in zip(plan, versions)
+                              if t._version != v or (buffer and not same_tensor(t.detach(), copy))})
+            return found[0]
+
+        record: dict[str, Any] = {"written": lambda t: id(t) in changed(),
+                                  "original": lambda t: next(c for x, c, _ in plan if x is t)}
+        try:
+            yield record
+        finally:
+            done = changed()
+            with torch.no_grad():
+                for t, copy, _ in plan:
+                    if id(t) in done and t.shape == copy.shape and t.layout == copy.layout:
+                        t.copy_(copy)
+            after = python_state(module, modules)
+            record["python_changes"] = python_state_changes(before, after)
+            if record["python_changes"]:
+                restore_python_state(module, before)
+
+
 @contextlib.contextmanager
 def preserved_state(module: torch.nn.Module) -> Iterator[dict[str, Any]]:
-    """Run forward without leaving traces: tensors (buffers and parameters) and plain Python attributes are
-    restored afterwards. The yielded dict receives ``python_changes``: what forward changed in Python state.
-
-    ``ep.module()`` shares storage with ``ep.state_dict`` and so with the user's module: a forward that
-    mutates a buffer would otherwise change every program and the eager module alike.
-    """
-    saved = [(t, t.detach().clone()) for t in state_tensors(module)]
-    before = python_state(module)
-    record: dict[str, Any] = {}
-    try:
+    """``StateKeeper().around(module)`` for one call (a forward outside any case)."""
+    with StateKeeper().around(module) as record:
         yield record
-    finally:
-        with torch.no_grad():
-            for t, copy in saved:
-                if t.shape == copy.shape and t.layout == copy.layout:
-                    t.copy_(copy)
-        after = python_state(module)
-        record["python_changes"] = python_state_changes(before, after)
-        if record["python_changes"]:
-            restore_python_state(module, before)
 
 
-def state_snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    out = {f"parameter {n}": p.detach().clone() for n, p in module.named_parameters()}
-    out.update({f"buffer {n}": b.detach().clone() for n, b in module.named_buffers()})
-    return out
+def named_state(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """``("parameter w", tensor)`` / ``("buffer b", tensor)`` for every state tensor, as messages name them."""
+    return ([(f"parameter {n}", p) for n, p in module.named_parameters()]
+            + [(f"buffer {n}", b) for n, b in module.named_buffers()])
 
 
-def state_changes(module: torch.nn.Module, before: dict[str, torch.Tensor]) -> list[str]:
-    now = state_snapshot(module)
-    changed = [k for k in before if k not in now or not same_tensor(now[k], before[k])]
-    changed += [k for k in now if k not in before]
+def versions(module: torch.nn.Module) -> dict[str, tuple[torch.Tensor, int]]:
+    """Each state tensor with its version counter now (moves with every in-place write)."""
+    # private: Tensor._version has no public twin; it is how autograd itself detects in-place writes
+    return {name: (t, t._version) for name, t in named_state(module)}
+
+
+def changed_since(before: dict[str, tuple[torch.Tensor, int]], keeper: StateKeeper) -> list[str]:
+    """The state tensors written since ``versions(...)`` whose value is not the original any more; each is put
+    back to its original."""
+    changed = []
+    for name, (t, v) in before.items():
+        written = t._version != v or name.startswith("buffer ")  # buffers also by value (see StateKeeper.around)
+        if written and not same_tensor(t.detach(), keeper.original(t)):
+            changed.append(name)
+            with torch.no_grad():
+                t.copy_(keeper.original(t))
     return changed
 
 
@@ -165,5 +235,5 @@ def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.is_floating_point() and bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all())
 
 
-__all__ = ["preserved_state", "python_state", "python_state_changes", "restore_python_state", "state_snapshot",
-           "state_changes", "same_tensor", "state_tensors"]
+__all__ = ["StateKeeper", "preserved_state", "python_state", "python_state_changes", "restore_python_state",
+           "named_state", "versions", "changed_since", "same_tensor", "state_tensors"]

@@ -13,7 +13,7 @@ import torch
 import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
 
 from .compare import compare_trees
-from .modstate import preserved_state, python_state, python_state_changes, restore_python_state
+from .modstate import StateKeeper, python_state, python_state_changes, restore_python_state
 from .options import CaseOptions
 
 RUN_SEED = 0x5EED
@@ -43,12 +43,18 @@ def seed_all(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
-def observe(module: Callable[..., Any], owner: torch.nn.Module, args: tuple, kwargs: dict) -> Observation:
+def observe(module: Callable[..., Any], owner: torch.nn.Module, args: tuple, kwargs: dict,
+            keeper: StateKeeper | None = None) -> Observation:
+    """One forward call, seeded, on clones of the inputs, leaving no trace on ``owner`` (``keeper`` keeps its
+    original state for the whole case; without one, for this call). Buffers forward did not write are the
+    originals, not copies."""
+    keeper = keeper or StateKeeper()
     a, k = clone_inputs((args, kwargs))
-    with preserved_state(owner) as record:
+    with keeper.around(owner) as record:
         seed_all(RUN_SEED)
         out = module(*a, **k)
-        buffers = {n: b.detach().clone() for n, b in owner.named_buffers()}
+        written, original = record["written"], record["original"]
+        buffers = {n: b.detach().clone() if written(b) else original(b) for n, b in owner.named_buffers()}
     return Observation(out, (a, k), buffers, record.get("python_changes", []))
 
 

@@ -185,6 +185,10 @@ KEYWORDS: dict[str, Keyword] = {
             "time limit for this case's stages (default: --export-timeout)",
         ),
         Keyword(
+            "budget", _is_tolerance, "float seconds >= 0 | None", None,
+            "seconds `guards` and `fuzz` may spend together on this case; 0 lifts the limit (default: --export-budget)",
+        ),
+        Keyword(
             "max_size", _is_positive_int, "int | None", None,
             "cap for unbounded Dim maxima while fuzzing (default: --export-max-size)",
         ),
@@ -209,6 +213,7 @@ class SessionOptions:
     max_size: int = 64
     report: str | None = None
     timeout: float | None = None
+    budget: float | None = 30.0  # --export-budget (None: no limit)
     baseline: str | None = None
     baseline_update: bool = False
     baseline_warn_stale: bool = False
@@ -237,6 +242,7 @@ class CaseOptions:
     reproduce: str | None = None
     max_size: int = 64
     timeout: float | None = None
+    budget: float | None = 30.0  # seconds for guards + fuzz together (None: no limit)
     diagnose: bool = True
     preserve_module_call_signature: tuple[str, ...] = ()
     aoti: bool = False
@@ -285,7 +291,7 @@ def validate_keywords(where: str, args: tuple, kwargs: dict[str, Any]) -> dict[s
 def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
     """Marker keywords over session defaults."""
     opts = CaseOptions(core_aten=session.core_aten, examples=session.examples, max_size=session.max_size,
-                       timeout=session.timeout, diagnose=session.diagnose, aoti=session.aoti,
+                       timeout=session.timeout, budget=session.budget, diagnose=session.diagnose, aoti=session.aoti,
                        skip_stages=tuple(session.skip_stages))
     for key, value in kwargs.items():
         if key == "tags":
@@ -294,7 +300,9 @@ def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
             value = dict(value or {})
         elif key == "preserve_module_call_signature":
             value = tuple(value)
-        elif key in ("core_aten", "examples", "max_size", "timeout", "aoti") and value is None:
+        elif key in ("core_aten", "examples", "max_size", "timeout", "budget", "aoti") and value is None:
             continue
+        elif key == "budget":
+            value = value or None  # budget=0: no limit
         setattr(opts, key, value)
     return opts

@@ -81,6 +81,22 @@ def _seconds(value: Any, flag: str) -> float | None:
     return seconds
 
 
+DEFAULT_BUDGET = 30.0
+
+
+def _budget(value: Any, flag: str) -> float | None:
+    """Seconds, default 30; 0 lifts the limit."""
+    if value in (None, ""):
+        return DEFAULT_BUDGET
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not seconds >= 0:  # also NaN
+        raise ValueError(f"{flag} must be a number of seconds >= 0 (0: no limit), got {value!r}")
+    return seconds or None
+
+
 def _tags(value: Any, flag: str) -> list[str]:
     from .tags import parse_tags
 
@@ -130,6 +146,9 @@ SETTINGS: tuple[Setting, ...] = (
             kind="flag"),
     Setting("export_timeout", "time limit in seconds for each case's stages; a case over it is stopped and "
             "reported (default: none)", _seconds, "timeout", metavar="SECONDS"),
+    Setting("export_budget", "seconds per case that `guards` and `fuzz` may spend together: the boundary sizes "
+            "always run, random fuzz examples stop when it is spent (default 30; 0: no limit)", _budget, "budget",
+            metavar="SECONDS"),
     Setting("export_baseline", "known failures (case, stage, reason) and non-core ops: a failure or op not in it "
             "fails the run, an entry that now passes is stale and fails it too", _path, "baseline", metavar="PATH",
             needs_check=True),

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ..context import Context, Stage, StageFailure
-from ..modstate import state_changes, state_snapshot
+from ..modstate import changed_since, versions
 from ..observe import clone_inputs, preserved_python_state
 from ..torchlog import quiet_trace_logs
 from ..util import describe_exception, finite_int
@@ -23,7 +23,9 @@ def run(ctx: Context) -> dict[str, Any]:
         raise StageFailure(f"not exported: {ctx.declaration_error}", kind="usage", exception="UsageError")
     module = ctx.case.module
     _check_preserved(ctx)
-    before = state_snapshot(module)
+    for t, _ in versions(module).values():
+        ctx.keeper.original(t)  # the values to compare with (copied once per case)
+    before = versions(module)
     args, kwargs = clone_inputs((ctx.case.args, ctx.case.kwargs))
     dynamic_shapes = ctx.options.dynamic_shapes
     try:
@@ -41,7 +43,7 @@ def run(ctx: Context) -> dict[str, Any]:
         if ctx.options.diagnose:
             text += "\n\n" + _diagnosis(ctx, exc, dynamic_shapes, data)
         raise StageFailure(text.rstrip(), kind=type(exc).__name__, **data)
-    changed = state_changes(module, before)
+    changed = changed_since(before, ctx.keeper)
     data = {
         "nodes": sum(1 for _ in ctx.ep.graph.nodes),
         "range_constraints": {str(k): [finite_int(v.lower), finite_int(v.upper)] for k, v in ctx.ep.range_constraints.items()},

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
@@ -40,13 +41,19 @@ def run(ctx: Context) -> dict[str, Any]:
         raise StageSkip("no dynamic dims kept: no sizes to draw (compare checked the example)")
     import hypothesis
     from hypothesis import HealthCheck, given, settings
+    from hypothesis.errors import Unsatisfiable
 
     model = audit.model
     builder = ctx.options.input_builder
-    state: dict[str, Any] = {"runs": 0, "failure": None}
+    state: dict[str, Any] = {"runs": 0, "failure": None, "stopped": False, "drawn": []}
+    budget = Budget(ctx)
 
     def one(values: dict[str, int]) -> None:
+        if state["searching"] and budget.spent():
+            state["stopped"] = True
+            hypothesis.reject()  # the budget is spent: the remaining draws are skipped, not run
         state["runs"] += 1
+        state["drawn"].append(model.named(values))
         seed = value_seed(values)
         named = model.named(values)
         try:
@@ -69,6 +76,7 @@ def run(ctx: Context) -> dict[str, Any]:
     # Boundaries first, run here and not as @example: Hypothesis does not shrink a failing explicit example,
     # and the search below finds and shrinks the same failure to its threshold.
     boundary_failure: tuple[dict[str, Any], FuzzFailure] | None = None
+    state["searching"] = False
     if not ctx.options.reproduce:
         for values in boundary_assignments(model):
             try:
@@ -80,8 +88,9 @@ def run(ctx: Context) -> dict[str, Any]:
     def search() -> None:
         test = given(values=assignments(model))(one)
         test = settings(
-            # a failing boundary gets the whole budget: the search must find it again to shrink it
-            max_examples=n if boundary_failure else n - state["runs"],
+            # a failing boundary gets all the examples (and no time budget): the search must find it again to
+            # shrink it
+            max_examples=n if boundary_failure else budget.examples(n - state["runs"], state["runs"]),
             deadline=None,
             suppress_health_check=list(HealthCheck),
             print_blob=True,
@@ -98,20 +107,60 @@ def run(ctx: Context) -> dict[str, Any]:
         test._hypothesis_internal_database_key = hashlib.sha256(key.encode()).digest()
         test()
 
+    if boundary_failure:
+        budget.lift()
+    state["searching"] = True
     try:
-        if boundary_failure or state["runs"] < n or ctx.options.reproduce:
+        if boundary_failure or ctx.options.reproduce or (state["runs"] < n and not budget.spent()):
             _run_outside_hypothesis(search)
+        elif state["runs"] < n:
+            state["stopped"] = True
     except FuzzFailure as exc:
         raise _report(ctx, state, exc)
+    except Unsatisfiable:
+        if not state["stopped"]:
+            raise  # not ours: every draw was rejected for another reason
     if boundary_failure is not None:
         # the search found nothing smaller: report the boundary itself (it fails on every run)
         state["failure"] = boundary_failure[0]
         raise _report(ctx, state, boundary_failure[1], boundary=True)
-    data: dict[str, Any] = {"examples": state["runs"]}
+    data: dict[str, Any] = {"examples": state["runs"], "drawn": state["drawn"]}
     if ctx.eager_rejects:
         data["eager_rejects"] = list(ctx.eager_rejects)
-    data["message"] = f"{state['runs']} examples, sizes {_ranges(model)}"
+    runs = f"{state['runs']} example{'' if state['runs'] == 1 else 's'}"
+    if state["stopped"]:
+        data["budget_spent"] = True
+        runs = (f"{state['runs']} of {n} examples (the budget of {budget.seconds:g} s for guards and fuzz was "
+                "spent; --export-budget / budget= raises it)")
+    data["message"] = f"{runs}, sizes {_ranges(model)}"
     return data
+
+
+class Budget:
+    """The time ``guards`` and ``fuzz`` may spend on one case together (``--export-budget`` / ``budget=``)."""
+
+    def __init__(self, ctx: Context):
+        self.seconds = ctx.options.budget
+        guards = ctx.result.stages.get("guards")
+        self.before = guards.duration if guards is not None else 0.0
+        self.start = time.perf_counter()
+
+    def used(self) -> float:
+        return self.before + time.perf_counter() - self.start
+
+    def spent(self) -> bool:
+        return self.seconds is not None and self.used() >= self.seconds
+
+    def examples(self, wanted: int, ran: int) -> int:
+        """How many random examples fit in what is left, at the cost per example seen so far (at least one)."""
+        if self.seconds is None or ran == 0:
+            return max(wanted, 1)
+        per = (time.perf_counter() - self.start) / ran
+        left = self.seconds - self.used()
+        return max(1, min(wanted, int(left / per) if per > 0 else wanted))
+
+    def lift(self) -> None:
+        self.seconds = None
 
 
 def value_seed(values: dict[str, int]) -> int:

@@ -82,8 +82,11 @@ def run(ctx: Context) -> dict[str, Any]:
             warnings.append(problem)
         else:
             failures.append((problem, "accepted-out-of-range"))
+    # the reloaded programs on a representative subset (issue #16): the boundaries of every range, in and out
+    subset = [i for i, p in enumerate(probes) if p.kind in ("max", "min")] + [
+        i for i, p in enumerate(probes) if p.kind == "in-range"][:2]  # every dim at its min, every dim at its max
     for label, ep in ctx.loaded.items():
-        for probe, expected, (args, kwargs) in zip(probes, verdicts, inputs):
+        for probe, expected, (args, kwargs) in [(probes[i], verdicts[i], inputs[i]) for i in sorted(subset)]:
             got = run_program(ctx, ep, args, kwargs)
             if (got.status == ACCEPTED) != (expected == ACCEPTED):
                 failures.append((f"the reloaded ({label}) program {got.status} sizes {probe.description}, which the "

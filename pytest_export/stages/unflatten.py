@@ -18,7 +18,7 @@ from ..util import describe_exception
 
 
 def _run(ctx: Context, module: Any) -> Any:
-    return observe(module, module, ctx.case.args, ctx.case.kwargs)
+    return observe(module, module, ctx.case.args, ctx.case.kwargs, ctx.keeper)
 
 
 def run(ctx: Context) -> dict[str, Any]:
