@@ -9,6 +9,8 @@ Figures (goal in brackets):
   variants  re-export per check (PyTorch's variant-test style) vs one export per mode, both modes [>= 2.5x]
   xdist     corpus with -n 2 vs -n 0                                              [>= 1.6x on 2 cores]
   fuzz      fuzz examples/s vs (eager + exported) forward calls/s on the same inputs
+  zoo       the zoo's CI slice (real transformers models) through the harness vs the same checks with torch alone
+            [<= 1.25x overall, no model over 1.5x; needs the [zoo] extra]
 """
 
 from __future__ import annotations
@@ -209,19 +211,30 @@ def bench_fuzz(repeats: int) -> dict | None:
     return bench_fuzz.measure(repeats)
 
 
+def bench_zoo(repeats: int) -> dict | None:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return None
+    import bench_zoo
+
+    return bench_zoo.measure(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats and no corpus xdist run")
-    ap.add_argument("--only", help="comma-separated subset: load,harness,variants,xdist,fuzz")
+    ap.add_argument("--only", help="comma-separated subset: load,harness,variants,xdist,fuzz,zoo")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE))
     os.environ.setdefault("PYTHONPATH", str(ROOT))
     repeats = 1 if args.quick else 3
-    wanted = set((args.only or "load,harness,variants,xdist,fuzz").split(","))
+    wanted = set((args.only or "load,harness,variants,xdist,fuzz,zoo").split(","))
     if args.quick:
         wanted.discard("xdist")
     runs = {"load": lambda: bench_load(repeats * 10), "harness": lambda: bench_harness(repeats),
-            "variants": lambda: bench_variants(repeats), "xdist": lambda: bench_xdist(1), "fuzz": lambda: bench_fuzz(repeats)}
+            "variants": lambda: bench_variants(repeats), "xdist": lambda: bench_xdist(1), "fuzz": lambda: bench_fuzz(repeats),
+            "zoo": lambda: bench_zoo(repeats)}
     print(f"pytest-export benchmarks (python {sys.version.split()[0]}, {os.cpu_count()} cores)")
     for name, fn in runs.items():
         if name not in wanted:

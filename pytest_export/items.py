@@ -128,7 +128,7 @@ def _run_marked(item: pytest.Function, value: Any) -> None:
             record(item, CaseResult(item.nodeid, outcome=ERROR, error=problem))
         pytest.fail(problem, pytrace=False)
     if not es.check:
-        es.smoke(item.nodeid, case)
+        es.smoke(item.nodeid, case, marker.kwargs.get("dynamic_shapes"))
         return
     keywords, device, info = dict(marker.kwargs), "cpu", None
     variant = variant_of(item)

@@ -33,12 +33,20 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        # the temporary file is private (0600); the file it becomes gets what the user's umask gives (#17)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it: put it straight back
+    os.umask(mask)
+    return mask
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> Path:
@@ -104,7 +112,8 @@ def write_session(options: SessionOptions, cases: list[dict[str, Any]], session_
 
 
 def write_coverage(path: str, cases: list[dict[str, Any]], session: Mapping[str, Any]) -> tuple[Path, Path]:
-    """``--export-coverage PATH``: the op table as JSON at PATH and as Markdown at PATH with ``.md``."""
+    """``--export-coverage PATH``: the op table as JSON at PATH and as Markdown at PATH with its suffix replaced by
+    ``.md`` (``coverage.json`` -> ``coverage.md``; a PATH that is already ``.md`` gets ``.md.md``)."""
     cov = summary.coverage_summary(cases, session.get("core_ops"))
     data = {"version": COVERAGE_VERSION, "torch": session.get("torch"), "core_ops_total": cov.get("core_ops_total"),
             "core_ops_reached": cov["core_ops_reached"], "ops": summary.op_table(cases, session.get("op_facts") or {})}

@@ -47,6 +47,8 @@ class ExportSession:
         self._cuda: bool | None = None
         self._tmp_factory: pytest.TempPathFactory | None = None
         self._run_tmp: Path | None = None
+        if self.check and self.options.baseline:
+            self.baseline  # noqa: B018 - a missing or broken baseline is a usage error before any case runs (#17)
 
     @property
     def options(self) -> SessionOptions:
@@ -101,9 +103,23 @@ class ExportSession:
 
         return Case.from_return(where, value)
 
-    def smoke(self, where: str, case: Case) -> None:
+    def smoke(self, where: str, case: Case, dynamic_shapes: Any = None) -> None:
+        """Without --export-check: the declaration is checked against the case (keys, axes, ranges, examples),
+        and eager forward runs once; nothing is exported (#17)."""
+        from .declaration import parse
+        from .options import UsageError
         from .runner import describe_exception, smoke
 
+        try:
+            parse(where, dynamic_shapes, case.module, case.args, case.kwargs)
+        except UsageError as exc:
+            problem = str(exc)
+        except Exception:  # noqa: BLE001 - a declaration the model cannot read is --export-check's to report
+            problem = None
+        else:
+            problem = None
+        if problem:
+            pytest.fail(problem, pytrace=False)
         try:
             smoke(case)
         except Exception as exc:

@@ -157,8 +157,8 @@ SETTINGS: tuple[Setting, ...] = (
             kind="flag", needs_check=True),
     Setting("export_baseline_warn_stale", "report stale baseline entries as warnings instead of failing the run",
             _flag, "baseline_warn_stale", kind="flag", needs_check=True),
-    Setting("export_coverage", "write the decomposition coverage op table to PATH (JSON) and PATH with .md "
-            "(Markdown)", _path, "coverage", metavar="PATH", needs_check=True),
+    Setting("export_coverage", "write the decomposition coverage op table to PATH (JSON) and, as Markdown, to "
+            "PATH with its suffix replaced by .md (coverage.json -> coverage.md)", _path, "coverage", metavar="PATH", needs_check=True),
     Setting("export_summary_md", "write a short Markdown summary to PATH (default: appended to "
             "$GITHUB_STEP_SUMMARY when set)", _path, "summary_md", metavar="PATH", needs_check=True),
     Setting("export_no_diagnose", "do not rerun a failed export with torch.export.draft_export to diagnose it",

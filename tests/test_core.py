@@ -161,6 +161,42 @@ def test_no_return():
     ])
 
 
+def test_smoke_mode_checks_the_declaration_without_exporting(pytester):
+    write_cases(pytester, '''
+class Two(torch.nn.Module):
+    def forward(self, x, y):
+        return x.sum(0) + y.sum(0)
+
+@pytest.mark.exportable(dynamic_shapes={"x": {0: Dim("b", max=8)}, "z": None})
+def test_unknown_key():
+    return Two(), (torch.randn(4, 3), torch.randn(4, 3))
+
+@pytest.mark.exportable(dynamic_shapes={"x": {2: Dim("b", max=8)}})
+def test_axis_past_rank():
+    return Two(), (torch.randn(4, 3), torch.randn(4, 3))
+
+@pytest.mark.exportable(dynamic_shapes={"x": {0: Dim("b", max=8)}, "y": {0: Dim("b", max=16)}})
+def test_dim_defined_twice():
+    return Two(), (torch.randn(4, 3), torch.randn(4, 3))
+
+@pytest.mark.exportable(dynamic_shapes={"x": {0: Dim("b", min=8, max=16)}})
+def test_example_outside_its_range():
+    return Two(), (torch.randn(4, 3), torch.randn(4, 3))
+
+@pytest.mark.exportable(dynamic_shapes={"x": {0: Dim("b", max=8)}})
+def test_fine():
+    return Two(), (torch.randn(4, 3), torch.randn(4, 3))
+''')
+    result = pytester.runpytest("-p", "no:cacheprovider")  # no --export-check: nothing is exported
+    result.assert_outcomes(passed=1, failed=4)
+    result.stdout.fnmatch_lines_random([
+        "*test_unknown_key: dynamic_shapes key 'z' is not an input of this case (inputs given: x, y)*",
+        "*test_axis_past_rank: dynamic_shapes*: axis 2 is past the rank of x, which has shape (4, 3)*",
+        "*test_dim_defined_twice: dynamic_shapes*: Dim 'b' is defined twice with different ranges*",
+        "*test_example_outside_its_range: dynamic_shapes*: the example's x.shape*0* is 4, outside its own declared *",
+    ])
+
+
 @pytest.mark.parametrize("mark, returns, expected", [
     ("dynamic_shape={}", "M(), (torch.randn(2),)", "unknown exportable keyword 'dynamic_shape'. Did you mean 'dynamic_shapes'?"),
     ("strict='yes'", "M(), (torch.randn(2),)", "exportable keyword 'strict' must be True or False"),

@@ -324,3 +324,12 @@ def test_signature_rule():
     msg = "\n  size 17 is outside Dim('b', min=2, max=64) " + "x" * 200 + "\nmore"
     sig = bl.signature_of({"status": "failed", "message": msg})
     assert sig.startswith("size ## is outside Dim('b', min=#, max=##) xxx") and len(sig) == 120
+
+
+def test_a_missing_baseline_is_a_usage_error_before_any_case_runs(pytester):
+    write_cases(pytester, "@pytest.mark.exportable\ndef test_relu():\n    return torch.nn.ReLU(), (torch.ones(2),)\n")
+    result = pytester.runpytest("--export-check", "--export-baseline", "ci/missing.json", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--export-baseline ci/missing.json: no such file; create it with "
+                                 "--export-baseline-update*"])
+    assert "passed" not in result.stdout.str() and "test_relu" not in result.stdout.str()

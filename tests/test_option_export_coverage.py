@@ -105,3 +105,28 @@ def test_summary_md_lists_failing_cases(suite):
     assert result.ret == 1
     text = (suite.path / "summary.md").read_text()
     assert "1 failing" in text and "- `test_cases.py::test_shortcut`: failed in compare" in text
+
+
+def test_written_files_follow_the_users_umask_and_one_naming_rule(pytester):
+    import os
+    import stat
+
+    pytester.makepyfile(test_cases="""
+import pytest, torch
+
+@pytest.mark.exportable
+def test_relu():
+    return torch.nn.ReLU(), (torch.ones(2),)
+""")
+    old = os.umask(0o022)
+    try:
+        result = pytester.runpytest("--export-check", "--export-report", "out/report.json", "--export-coverage",
+                                    "out/coverage.json", "--export-summary-md", "out/summary.md",
+                                    "-p", "no:cacheprovider")
+    finally:
+        os.umask(old)
+    result.assert_outcomes(passed=1)
+    out = pytester.path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["coverage.json", "coverage.md", "report.json", "summary.md"]
+    for p in out.iterdir():
+        assert stat.S_IMODE(p.stat().st_mode) == 0o644, (p.name, oct(p.stat().st_mode))
