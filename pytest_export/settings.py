@@ -129,24 +129,24 @@ SETTINGS: tuple[Setting, ...] = (
             kind="list", metavar="TAG[,TAG...]"),
     Setting("export_report", "write the session's JSON report to PATH", _path, "report", metavar="PATH",
             needs_check=True),
-    Setting("export_core_aten", "fail `decomp` where ops outside Core ATen survive run_decompositions()", _flag,
+    Setting("export_core_aten", "fail the decomp stage where ops outside Core ATen survive run_decompositions()", _flag,
             "core_aten", kind="flag"),
     Setting("export_examples", "fuzz examples per case (default 25)", _count(25), "examples", metavar="N"),
     Setting("export_max_size", "cap for unbounded Dim maxima while fuzzing (default 64)", _count(64), "max_size",
             metavar="N"),
     Setting("export_modes", "trace every case in each of these modes, each its own item: non-strict, strict "
-            "(comma-separated; default: the marker's `strict`)", _modes, "modes", kind="list",
+            "(comma-separated; default: the marker's strict=)", _modes, "modes", kind="list",
             metavar="MODE[,MODE]", needs_check=True),
     Setting("export_devices", "export and compare every case on each of these devices, each its own item: cpu, "
             "cuda, cuda:N (default: cpu, plus cuda where available)", _devices, "devices", kind="list",
             metavar="DEVICE[,DEVICE]", needs_check=True),
     Setting("export_skip_stages", "do not run these stages (comma-separated, e.g. fuzz,guards); they are reported "
             "as skipped", _skip_stages, "skip_stages", kind="list", metavar="STAGE[,STAGE]"),
-    Setting("export_aoti", "run the `aoti` stage (AOTInductor compile, load, compare) for every case", _flag, "aoti",
+    Setting("export_aoti", "run the aoti stage (AOTInductor compile, load, compare) for every case", _flag, "aoti",
             kind="flag"),
     Setting("export_timeout", "time limit in seconds for each case's stages; a case over it is stopped and "
             "reported (default: none)", _seconds, "timeout", metavar="SECONDS"),
-    Setting("export_budget", "seconds per case that `guards` and `fuzz` may spend together: the boundary sizes "
+    Setting("export_budget", "seconds per case that the guards and fuzz stages may spend together: the boundary sizes "
             "always run, random fuzz examples stop when it is spent (default 30; 0: no limit)", _budget, "budget",
             metavar="SECONDS"),
     Setting("export_baseline", "known failures (case, stage, reason) and non-core ops: a failure or op not in it "
@@ -158,7 +158,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("export_baseline_warn_stale", "report stale baseline entries as warnings instead of failing the run",
             _flag, "baseline_warn_stale", kind="flag", needs_check=True),
     Setting("export_coverage", "write the decomposition coverage op table to PATH (JSON) and, as Markdown, to "
-            "PATH with its suffix replaced by .md (coverage.json -> coverage.md)", _path, "coverage", metavar="PATH", needs_check=True),
+            "PATH with its suffix replaced by .md (coverage.json -> coverage.md)", _path, "coverage", metavar="PATH",
+            needs_check=True),
     Setting("export_summary_md", "write a short Markdown summary to PATH (default: appended to "
             "$GITHUB_STEP_SUMMARY when set)", _path, "summary_md", metavar="PATH", needs_check=True),
     Setting("export_no_diagnose", "do not rerun a failed export with torch.export.draft_export to diagnose it",

@@ -12,6 +12,11 @@ from unittest import mock
 HUGE = 2**62  # torch's "unbounded" stand-ins (sys.maxsize, int_oo) all lie above this
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 example``, ``3 examples`` (``many`` where the plural is not ``word + "s"``)."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
 def finite_int(value: Any) -> int | None:
     """An int bound, or None where it is infinite or no number (torch's ``int_oo``, ``sympy.oo``, ``None``)."""
     try:
@@ -90,4 +95,4 @@ def describe_exception(exc: BaseException, limit: int = 4000) -> str:
     return text
 
 
-__all__ = ["describe_exception", "finite_int", "text_table", "markdown_table", "comma_list", "environment", "HUGE"]
+__all__ = ["describe_exception", "plural", "finite_int", "text_table", "markdown_table", "comma_list", "environment", "HUGE"]

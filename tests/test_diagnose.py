@@ -93,3 +93,20 @@ def test_to_python_prints_roots_derived_dims_and_hints():
     got = ns["dynamic_shapes"]
     assert (got[0][0].root.min, got[0][0].root.max, got[1][1][0].__name__) == (2, 32, "d")
     assert got[2]["k"].max == 8 and got[1][0] is None
+
+
+def test_a_failed_export_prints_its_partial_graph_once(pytester):
+    """torch prints the partial graph of a failed export to stderr from two nested frames; the case shows it once."""
+    write_cases(pytester, '''
+class DataBranch(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x
+
+@pytest.mark.exportable
+def test_branch():
+    return DataBranch(), (torch.ones(3),)
+''')
+    result, data = run_check(pytester)
+    result.assert_outcomes(failed=1)
+    assert result.stdout.str().count("def forward(self, arg0_1") == 1
+    assert data["cases"][0]["stages"]["export"]["diagnosis"]  # the diagnosis is kept

@@ -333,3 +333,23 @@ def test_a_missing_baseline_is_a_usage_error_before_any_case_runs(pytester):
     result.stderr.fnmatch_lines(["*--export-baseline ci/missing.json: no such file; create it with "
                                  "--export-baseline-update*"])
     assert "passed" not in result.stdout.str() and "test_relu" not in result.stdout.str()
+
+
+def test_the_summary_counts_items_as_pytest_does(pytester):
+    write_cases(pytester, '''
+''' + SHORTCUT + '''
+@pytest.mark.exportable
+def test_known():
+    return Shortcut(), (torch.ones(3),)
+
+@pytest.mark.exportable
+def test_fine():
+    return torch.nn.ReLU(), (torch.ones(3),)
+''')
+    update = pytester.runpytest("--export-check", "--export-baseline", "b.json", "--export-baseline-update",
+                                "-p", "no:cacheprovider")
+    update.assert_outcomes(passed=1, xfailed=1)
+    result = pytester.runpytest("--export-check", "--export-baseline", "b.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, xfailed=1)
+    # the known failure is an expected one: the `(case)` row says what pytest says, 1 passed and 1 xfailed
+    result.stdout.re_match_lines([r"\(case\)\s+\|\s+1\s+\|\s+0\s+\|\s+0\s+\|\s+1$"])

@@ -74,3 +74,11 @@ def test_needs_check_lists_the_flags_given_in_table_order():
     config = Config({"export_baseline": "b.json", "export_report": "r.json", "export_examples": "3"})
     assert settings.given_without_check(config) == ["--export-report", "--export-baseline"]
     assert settings.any_given(config) and not settings.any_given(Config())
+
+
+def test_help_texts_are_plain_text(pytester):
+    """--help prints them as they are: no reStructuredText markup (backticks) in what users read."""
+    result = pytester.runpytest("--help")
+    section = result.stdout.str().split("torch.export conformance (pytest-export)")[1].split("\n\n")[0]
+    assert "--export-budget" in section
+    assert "`" not in section, section

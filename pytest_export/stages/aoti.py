@@ -24,7 +24,7 @@ from ..compare import Mismatch
 from ..context import Context, Stage, StageFailure
 from ..observe import RUN_SEED, Observation, clone_inputs, compare_observations, seed_all
 from ..probing import in_range_inputs, out_of_range_inputs
-from ..util import describe_exception, environment
+from ..util import describe_exception, environment, plural
 
 REFUSAL = ("input_handles[", "dim value is too", "unmatched dim value", "unmatched dtype", "unmatched device")
 MAX_SIZE_CHECKS = 8
@@ -136,7 +136,7 @@ def _check(ctx: Context, model: Any, data: dict[str, Any]) -> dict[str, Any]:
     data.update(worst)
     data.update(sizes_checked=sizes, refused=refused, raised_inside=raised)
     data["message"] = (f"compiled in {data['compile_s']:.1f} s; matches {against} on the example and the exported "
-                       f"program on {sizes} boundary sizes; refused {refused} out-of-range inputs")
+                       f"program on {plural(sizes, 'boundary size')}; refused {plural(refused, 'out-of-range input')}")
     return data
 
 

@@ -6,6 +6,9 @@ A declaration that does not fit the case fails here before torch runs; a failed 
 
 from __future__ import annotations
 
+import contextlib
+import io
+import sys
 import time
 from typing import Any
 
@@ -34,7 +37,7 @@ def run(ctx: Context) -> dict[str, Any]:
         if ctx.options.preserve_module_call_signature:
             extra["preserve_module_call_signature"] = tuple(ctx.options.preserve_module_call_signature)
         # tracing runs forward in Python: Python attributes it sets are put back (compare reports them)
-        with quiet_trace_logs(), preserved_python_state(module):
+        with quiet_trace_logs(), preserved_python_state(module), _stderr_once():
             ctx.ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=ctx.options.strict,
                                          **extra)
     except Exception as exc:
@@ -63,6 +66,32 @@ def run(ctx: Context) -> dict[str, Any]:
             kind="state-changed", **data,
         )
     return data
+
+
+class _Once(io.TextIOBase):
+    """A stderr that lets each long text through once: a failed export prints its partial graph to stderr from
+    two nested frames of ``torch.export`` (torch 2.13), the same graph twice (#17)."""
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+        self.seen: set[int] = set()
+
+    def write(self, text: str) -> int:
+        if len(text) > 200:
+            key = hash(text)
+            if key in self.seen:
+                return len(text)
+            self.seen.add(key)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+@contextlib.contextmanager
+def _stderr_once():
+    with contextlib.redirect_stderr(_Once(sys.stderr)):
+        yield
 
 
 def _diagnosis(ctx: Context, exc: BaseException, dynamic_shapes: Any, data: dict[str, Any]) -> str:

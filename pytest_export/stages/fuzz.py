@@ -17,7 +17,7 @@ from typing import Any
 from ..context import Context, Stage, StageFailure, StageSkip
 from ..strategies import BuilderError, assignments, boundary_assignments, build_inputs, shapes_of
 from ..probing import has_small_size, in_range_problem, run_program
-from ..util import describe_exception
+from ..util import describe_exception, plural
 
 _BLOB = re.compile(r"reproduce_failure\(\s*'[^']*'\s*,\s*b'([^']+)'\s*\)")
 
@@ -127,7 +127,7 @@ def run(ctx: Context) -> dict[str, Any]:
     data: dict[str, Any] = {"examples": state["runs"], "drawn": state["drawn"]}
     if ctx.eager_rejects:
         data["eager_rejects"] = list(ctx.eager_rejects)
-    runs = f"{state['runs']} example{'' if state['runs'] == 1 else 's'}"
+    runs = plural(state["runs"], "example")
     if state["stopped"]:
         data["budget_spent"] = True
         runs = (f"{state['runs']} of {n} examples (the budget of {budget.seconds:g} s for guards and fuzz was "
@@ -215,7 +215,7 @@ def _report(ctx: Context, state: dict[str, Any], exc: BaseException, boundary: b
         replay = f'replay: add reproduce="{blob}" to the exportable marker'
     else:
         replay = "replay: rerun; Hypothesis' example database replays this failure first"
-    msg = (f"fuzzing failed after {state['runs']} examples; smallest failing sizes: {sizes}\n"
+    msg = (f"fuzzing failed after {plural(state['runs'], 'example')}; smallest failing sizes: {sizes}\n"
            f"input shapes: {shapes}\n{found.get('error', '')}\n{replay}")
     refused = found.get("program") not in (None, "accepted")
     if refused and found.get("symbols"):

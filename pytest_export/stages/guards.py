@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import Context, Stage, StageFailure
+from ..util import plural
 from ..probing import (ACCEPTED, RAISED, has_small_size, in_range_probes, in_range_problem, mismatch,
                        out_of_range_probes, probe_inputs, run_eager, run_program)
 
@@ -99,7 +100,7 @@ def run(ctx: Context) -> dict[str, Any]:
         data["eager_rejects"] = list(ctx.eager_rejects)
     if failures:
         raise StageFailure("\n".join(f"- {f}" for f, _ in failures), kind=failures[0][1], **data)
-    data["message"] = (f"{len(probes)} probes: {accepted} accepted, {data['refused']} refused"
+    data["message"] = (f"{plural(len(probes), 'probe')}: {accepted} accepted, {data['refused']} refused"
                        + (f", {raised} raised inside" if raised else ""))
     return data
 

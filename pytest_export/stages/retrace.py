@@ -18,7 +18,7 @@ from ..context import Context, Stage, StageFailure
 from ..observe import clone_inputs
 from ..probing import ACCEPTED, in_range_inputs, mismatch, run_program
 from ..torchlog import quiet_trace_logs
-from ..util import describe_exception, finite_int
+from ..util import describe_exception, finite_int, plural
 
 MAX_SIZE_PROBES = 4
 
@@ -96,7 +96,7 @@ def run(ctx: Context) -> dict[str, Any]:
         checked += 1
     data["sizes_checked"] = checked
     data["message"] = f"re-exported ({data['nodes']} nodes), checked on the example" + (
-        f" and {checked} boundary sizes" if checked else "")
+        f" and {plural(checked, 'boundary size')}" if checked else "")
     return data
 
 

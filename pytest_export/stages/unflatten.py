@@ -14,7 +14,7 @@ from typing import Any
 from ..context import Context, Stage, StageFailure
 from ..observe import observe
 from ..probing import mismatch
-from ..util import describe_exception
+from ..util import describe_exception, plural
 
 
 def _run(ctx: Context, module: Any) -> Any:
@@ -78,7 +78,7 @@ def run(ctx: Context) -> dict[str, Any]:
         return data
     if problems:
         raise StageFailure("\n".join(f"- {p}" for p in problems), **data)
-    data["message"] = f"unflattened; {len(fqns)} preserved submodule(s) swapped for eager: outputs kept"
+    data["message"] = f"unflattened; {plural(len(fqns), 'preserved submodule')} swapped for eager: outputs kept"
     return data
 
 
