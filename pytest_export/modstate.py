@@ -124,24 +124,22 @@ class StateKeeper:
 
     Each tensor is copied once per case, the first time a module that holds it runs (not before every forward:
     for a large-weight model that copy cost as much as the forward itself; issue #16). After a forward, only
-    the tensors it mutated are put back: a tensor's version counter moves with every in-place write, and is
-    shared by every tensor that views its storage (``ep.module()`` shares storage with the user's module).
+    the tensors it changed are put back: parameters where their version counter moved (it moves with every
+    in-place write and is shared by every view of the storage; ``ep.module()`` shares storage with the user's
+    module), buffers also where their value differs (a kernel such as batch norm's writes its running stats
+    without moving the counter).
     """
 
     def __init__(self) -> None:
         self._copies: dict[tuple, torch.Tensor] = {}
-        # per module: the module (kept alive, so its id stays its own), its state tensors with their originals,
-        # and which of them are buffers; built on the module's first forward
-        self._plans: dict[int, tuple[torch.nn.Module, list, list]] = {}
+        self._by_id: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id -> (the tensor, its original)
 
     def _plan(self, module: torch.nn.Module) -> tuple[list[tuple[torch.Tensor, torch.Tensor, bool]], list]:
-        plan = self._plans.get(id(module))
-        if plan is None or plan[0] is not module:
-            params = {id(p) for p in module.parameters()}
-            plan = self._plans[id(module)] = (module, [(t, self.original(t), id(t) not in params)
-                                                       for t in state_tensors(module)],
-                                              list(module.named_modules(remove_duplicate=True)))
-        return plan[1], plan[2]
+        """The module's state tensors with their originals, and its submodules, as they are now (a swapped-in
+        submodule brings its own)."""
+        params = {id(p) for p in module.parameters()}
+        return ([(t, self.original(t), id(t) not in params) for t in state_tensors(module)],
+                list(module.named_modules(remove_duplicate=True)))
 
     @staticmethod
     def _key(t: torch.Tensor) -> tuple:
@@ -151,10 +149,14 @@ class StateKeeper:
 
     def original(self, t: torch.Tensor) -> torch.Tensor:
         """The tensor's value as it was when the case first ran its module (a copy; never written)."""
+        seen = self._by_id.get(id(t))
+        if seen is not None and seen[0] is t:
+            return seen[1]
         key = self._key(t)
         copy = self._copies.get(key)
         if copy is None:
             copy = self._copies[key] = t.detach().clone()
+        self._by_id[id(t)] = (t, copy)
         return copy
 
     @contextlib.contextmanager
@@ -177,7 +179,7 @@ class StateKeeper:
             return found[0]
 
         record: dict[str, Any] = {"written": lambda t: id(t) in changed(),
-                                  "original": lambda t: next(c for x, c, _ in plan if x is t)}
+                                  "original": self.original}
         try:
             yield record
         finally:

@@ -384,3 +384,34 @@ def test_a_declaration_that_does_not_fit_fails_export_pointing_at_the_key(ds, ex
     assert export.message.startswith("not exported: ")
     assert expected in export.message, export.message
     assert res.stages["guards"].status == "skipped" and res.stages["fuzz"].status == "skipped"
+
+
+# ---- a guards failure offers the declaration the program really accepts ----------------------------------
+
+class RowOneAlways(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] >= 2:  # statically true while tracing: the program always reads row 1
+            return x[1] + x.sum(0)
+        return x[0] + x.sum(0)
+
+
+def _paste(fix: str):
+    """The fix as a user pastes it: run the source, take the last Dim it defines."""
+    scope = {"Dim": Dim}
+    exec(fix, scope)
+    return scope[fix.splitlines()[-1].split(" = ")[0]]
+
+
+@pytest.mark.parametrize("module, example, declared, expected", [
+    (RowOneAlways(), (4, 3), Dim("b", min=1, max=32), "b = Dim('b', min=2, max=32)"),
+    (ReshapeByFour(), (8, 2), Dim.DYNAMIC(min=4, max=32), "_x_shape_0 = Dim('_x_shape_0', min=2, max=16)\n"
+                                                           "x_shape_0 = 2 * _x_shape_0"),
+], ids=["narrower-range", "derived-multiple"])
+def test_a_guards_failure_offers_a_fix_that_passes_when_pasted_back(module, example, declared, expected):
+    res = check(module, (torch.randn(*example),), dynamic_shapes={"x": {0: declared}})
+    guards = res.stages["guards"]
+    assert guards.status == "failed"
+    assert guards.data["dynamic_shapes_fix"] == expected
+    assert "fix: what the program really accepts, ready to paste" in guards.message
+    fixed = check(module, (torch.randn(*example),), dynamic_shapes={"x": {0: _paste(expected)}})
+    assert fixed.outcome == "passed", fixed.failure_text()

@@ -14,6 +14,8 @@ probed, and "accepted but wrong" there is a warning.
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 from ..context import Context, Stage, StageFailure
@@ -39,6 +41,8 @@ def run(ctx: Context) -> dict[str, Any]:
     probes = in_range_probes(ctx, model) + out_of_range_probes(ctx, model)
     base = model.example_values()
     verdicts: list[str] = []
+    refused_in: dict[str, list[tuple[int, str]]] = {}  # in-range sizes the program refused, per symbol
+    accepted_in: dict[str, set[int]] = {}
     inputs = [probe_inputs(ctx, model, p, ctx.options.input_builder if p.in_range else None) for p in probes]
     for probe, (args, kwargs) in zip(probes, inputs):
         got = run_program(ctx, ctx.ep, args, kwargs)
@@ -58,6 +62,10 @@ def run(ctx: Context) -> dict[str, Any]:
                     moved = [v for v in model.vars if probe.values.get(v.symbol) != base.get(v.symbol)]
                     for v in moved if len(moved) == 1 else []:
                         ctx.mark_refused(v.symbol, probe.values)
+                        refused_in.setdefault(v.symbol, []).append((probe.values[v.symbol], got.message))
+            elif probe.kind == "in-range":
+                for v in model.vars:
+                    accepted_in.setdefault(v.symbol, set()).add(probe.values.get(v.symbol))
             continue
         if got.status == RAISED:
             # crashed inside a kernel: nothing checked the size at the program's input (issue #18)
@@ -98,11 +106,59 @@ def run(ctx: Context) -> dict[str, Any]:
             "findings": [r for r in records if "finding" in r], "warnings": warnings}
     if ctx.eager_rejects:
         data["eager_rejects"] = list(ctx.eager_rejects)
+    fix = suggested_fix(ctx, model, refused_in, accepted_in)
+    if fix:
+        data["dynamic_shapes_fix"] = fix
+        failures.append((f"fix: what the program really accepts, ready to paste (or make the model accept the "
+                         f"declared range):\n{fix}", failures[0][1] if failures else "refused-in-range"))
     if failures:
         raise StageFailure("\n".join(f"- {f}" for f, _ in failures), kind=failures[0][1], **data)
     data["message"] = (f"{plural(len(probes), 'probe')}: {accepted} accepted, {data['refused']} refused"
                        + (f", {raised} raised inside" if raised else ""))
     return data
+
+
+def suggested_fix(ctx: Context, model: Any, refused: dict[str, list[tuple[int, str]]],
+                  accepted: dict[str, set[int]]) -> str:
+    """The ``Dim`` definitions that match what the program accepted, for each declared dim it refused sizes of:
+    the range narrowed to the accepted sizes around the example, or, where a guard demands a multiple
+    (``... % 4 == 0``), a derived dim (``b = 4 * _b``). Source to paste over the declared ``Dim``."""
+    lines = []
+    for v in model.vars:
+        bad = refused.get(v.symbol)
+        if not bad or not v.names or len(v.names) != 1:
+            continue
+        ok = sorted(x for x in accepted.get(v.symbol, set()) | {v.example} if x is not None)
+        name = re.sub(r"\W", "_", v.names[0]).strip("_") or "d"  # a hint's root is named by its axis path
+        multiple = _multiple(msg for _, msg in bad)
+        below = [x for x, _ in bad if x < v.example]
+        above = [x for x, _ in bad if x > v.example]
+        lo = min((x for x in ok if x > max(below)), default=v.example) if below else v.lo
+        hi = max((x for x in ok if x < min(above)), default=v.example) if above else (None if v.unbounded else v.hi)
+        if multiple:
+            # the refusals are the guard's demand for whole multiples: the declared range, in multiples
+            lo, hi = max(v.lo, 1), (None if v.unbounded else v.hi)
+            k_lo, k_hi = -(-lo // multiple), (hi // multiple if hi is not None else None)
+            bounds = f"min={k_lo}" + (f", max={k_hi}" if k_hi is not None else "")
+            lines.append(f"_{name} = Dim('_{name}', {bounds})\n{name} = {multiple} * _{name}")
+        else:
+            bounds = f"min={lo}" + (f", max={hi}" if hi is not None else "")
+            lines.append(f"{name} = Dim('{name}', {bounds})")
+    return "\n".join(lines)
+
+
+def _multiple(messages: Any) -> int | None:
+    """``N`` of a refusing guard of the form ``... % N == 0`` (a reshape that needs whole groups of N)."""
+    for msg in messages:
+        m = re.search(r"% (\d+) == 0", msg or "")
+        if m:
+            n = int(m.group(1))
+            # the guard is on the axis expression (``2 * x.size()[0] % 4``): the dim itself needs n / gcd
+            coeff = re.search(r"(\d+) \* \w+\.size\(\)\[\d+\] % ", msg)
+            if coeff:
+                n //= math.gcd(n, int(coeff.group(1)))
+            return n if n > 1 else None
+    return None
 
 
 STAGE = Stage("guards", run, needs=("eager", "export", "compare"))
