@@ -69,16 +69,20 @@ def _count(default: int) -> Callable[[Any, str], int]:
     return parse
 
 
-def _seconds(value: Any, flag: str) -> float | None:
-    if value in (None, ""):
-        return None
+def _non_negative(value: Any) -> float:
     try:
         seconds = float(value)
     except (TypeError, ValueError):
-        seconds = -1.0
-    if not seconds > 0:  # also NaN
+        return -1.0
+    return seconds if seconds >= 0 else -1.0  # NaN compares false: -1 too
+
+
+def _seconds(value: Any, flag: str) -> float | None:
+    if value in (None, ""):
+        return None
+    if not _non_negative(value) > 0:
         raise ValueError(f"{flag} must be a positive number of seconds, got {value!r}")
-    return seconds
+    return float(value)
 
 
 DEFAULT_BUDGET = 30.0
@@ -88,11 +92,8 @@ def _budget(value: Any, flag: str) -> float | None:
     """Seconds, default 30; 0 lifts the limit."""
     if value in (None, ""):
         return DEFAULT_BUDGET
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = -1.0
-    if not seconds >= 0:  # also NaN
+    seconds = _non_negative(value)
+    if seconds < 0:
         raise ValueError(f"{flag} must be a number of seconds >= 0 (0: no limit), got {value!r}")
     return seconds or None
 
