@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any
 
 from .declaration import Axis, Declaration, Root
+from .guardsource import refusing_guards
 from .util import finite_int
 
 KEPT, NARROWED, SPECIALIZED = "kept", "narrowed", "specialized"
@@ -163,6 +164,10 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
                 status = NARROWED
                 msg = (f"{ax.label} was declared {ax.declared} with range {root.range_text()} but export kept only "
                        f"[{lo}, {'inf' if hi is None else hi}] (a branch or check on the size narrowed it)")
+                culprits = refusing_guards(ep, str(sym), lo - 1 if lo > floor else hi + 1)
+                if culprits:
+                    msg += "; the guard" + (" that narrowed it: " if len(culprits) == 1 else "s that narrowed it: ") \
+                        + "; ".join(culprits)
                 if root.kind == "auto" and not root.bounded:
                     warnings.append(msg + "; fuzzing samples inside what export kept")
                 else:

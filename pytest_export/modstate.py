@@ -8,6 +8,7 @@ itself a finding (issue #18): the exported program freezes such state at its tra
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from typing import Any, Iterator
 
@@ -80,14 +81,18 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def restore_python_state(module: torch.nn.Module, before: dict[str, tuple[Any, Any]]) -> None:
-    """Put every plain attribute back as it was: the same object, with its contents as they were (containers are
-    restored in place, so that other references to them see it too); attributes forward added are removed."""
-    import copy
-
+def restore_python_state(module: torch.nn.Module, before: dict[str, tuple[Any, Any]],
+                         paths: set[str] | None = None) -> None:
+    """Put plain attributes back as they were in ``before`` (all, or those in ``paths``): the same object, with its
+    contents as they were (containers are restored in place, so that other references to them see it too); an
+    attribute absent from ``before`` is removed."""
     after = python_state(module)
-    for path, (obj, plain) in before.items():
+    for path in (set(before) | set(after)) if paths is None else paths:
         owner, name = _owner(module, path)
+        if path not in before:
+            owner.__dict__.pop(name, None)
+            continue
+        obj, plain = before[path]
         owner.__dict__[name] = obj
         try:
             unchanged = _equal(_plain(obj), plain)
@@ -100,10 +105,45 @@ def restore_python_state(module: torch.nn.Module, before: dict[str, tuple[Any, A
         elif isinstance(obj, (dict, set)):
             obj.clear()
             obj.update(copy.deepcopy(plain))
-    for path in after:
-        if path not in before:
-            owner, name = _owner(module, path)
-            owner.__dict__.pop(name, None)
+
+
+class _PythonHistory:
+    """What the forward calls of one case did to one module tree's plain Python attributes.
+
+    A change that the next call does not repeat is a lazy initialization (``self._cache_built = True``, a flag
+    that goes with hooks forward installs on its first call, as transformers' output capturing does): it is kept,
+    as the user's own first call would keep it, and is no finding (the exported program sees the same settled
+    value). Undoing it would undo the flag and not what goes with it. A change that calls repeat (a call
+    counter, a list forward appends to) is per call: a finding, and undone after every call from then on.
+    """
+
+    def __init__(self) -> None:
+        self.original: dict[str, tuple[Any, Any]] = {}  # path -> its (object, plain copy) before it changed
+        self.pending: set[str] = set()    # changed by one call; the next call tells which kind
+        self.per_call: set[str] = set()
+
+    def after_call(self, module: torch.nn.Module, before: dict[str, tuple[Any, Any]],
+                   changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Classify this call's changes, undo the per-call ones; return those that are per call."""
+        changed = {c["path"] for c in changes}
+        settled = self.pending - changed
+        self.pending -= settled
+        for path in settled:
+            self.original.pop(path, None)
+        repeated = self.pending & changed
+        self.pending -= repeated
+        self.per_call |= repeated
+        for path in changed - self.per_call:
+            self.pending.add(path)
+            if path in before:
+                self.original[path] = before[path]
+            else:
+                self.original.pop(path, None)
+        undo = changed & self.per_call
+        if undo:
+            originals = {p: self.original[p] for p in undo if p in self.original}
+            restore_python_state(module, originals, undo)
+        return [c for c in changes if c["path"] in self.per_call]
 
 
 def _owner(module: torch.nn.Module, path: str) -> tuple[torch.nn.Module, str]:
@@ -133,6 +173,7 @@ class StateKeeper:
     def __init__(self) -> None:
         self._copies: dict[tuple, torch.Tensor] = {}
         self._by_id: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id -> (the tensor, its original)
+        self._python: dict[int, tuple[torch.nn.Module, _PythonHistory]] = {}  # id of a module run -> its history
 
     def _plan(self, module: torch.nn.Module) -> tuple[list[tuple[torch.Tensor, torch.Tensor, bool]], list]:
         """The module's state tensors with their originals, and its submodules, as they are now (a swapped-in
@@ -162,8 +203,9 @@ class StateKeeper:
     @contextlib.contextmanager
     def around(self, module: torch.nn.Module) -> Iterator[dict[str, Any]]:
         """Run forward without leaving traces. The yielded dict has ``written(t)``: whether forward has changed
-        state tensor ``t`` (valid once forward returned), and ``original(t)``, its value before; after the block, ``python_changes`` (what forward
-        changed in the module's plain Python state, undone)."""
+        state tensor ``t`` (valid once forward returned), and ``original(t)``, its value before; after the block,
+        ``python_changes`` (what forward changed in the module's plain Python state) and ``python_per_call``
+        (those of them that calls repeat, undone; see ``_PythonHistory``)."""
         plan, modules = self._plan(module)
         # private: Tensor._version has no public twin; it is how autograd itself detects in-place writes
         versions = [t._version for t, _, _ in plan]
@@ -174,8 +216,8 @@ class StateKeeper:
             # Parameters by their version counter (one int each: no copy, no compare of large weights). Buffers
             # also by value: a kernel that updates them in place (batch norm's running stats) moves no counter.
             if not found:
-                found.append({id(t) for (t, copy, buffer), v in zip(plan, versions)
-                              if t._version != v or (buffer and not same_tensor(t.detach(), copy))})
+                found.append({id(t) for (t, orig, buffer), v in zip(plan, versions)
+                              if t._version != v or (buffer and not same_tensor(t.detach(), orig))})
             return found[0]
 
         record: dict[str, Any] = {"written": lambda t: id(t) in changed(),
@@ -185,13 +227,13 @@ class StateKeeper:
         finally:
             done = changed()
             with torch.no_grad():
-                for t, copy, _ in plan:
-                    if id(t) in done and t.shape == copy.shape and t.layout == copy.layout:
-                        t.copy_(copy)
-            after = python_state(module, modules)
-            record["python_changes"] = python_state_changes(before, after)
-            if record["python_changes"]:
-                restore_python_state(module, before)
+                for t, orig, _ in plan:
+                    if id(t) in done and t.shape == orig.shape and t.layout == orig.layout:
+                        t.copy_(orig)
+            changes = python_state_changes(before, python_state(module, modules))
+            history = self._python.setdefault(id(module), (module, _PythonHistory()))[1]
+            record["python_changes"] = changes
+            record["python_per_call"] = history.after_call(module, before, changes)
 
 
 @contextlib.contextmanager

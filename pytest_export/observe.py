@@ -13,7 +13,7 @@ import torch
 import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
 
 from .compare import compare_trees
-from .modstate import StateKeeper, python_state, python_state_changes, restore_python_state
+from .modstate import StateKeeper, python_state, restore_python_state
 from .options import CaseOptions
 
 RUN_SEED = 0x5EED
@@ -21,13 +21,15 @@ RUN_SEED = 0x5EED
 
 @dataclasses.dataclass
 class Observation:
-    """What one forward call did: its outputs, its inputs afterwards, module buffers afterwards, and the plain
-    Python attributes of the module tree it changed (restored after the call; see ``modstate``)."""
+    """What one forward call did: its outputs, its inputs afterwards, module buffers afterwards, the plain
+    Python attributes of the module tree it changed, and those of them that calls repeat (undone after the
+    call; see ``modstate``)."""
 
     outputs: Any
     inputs: Any
     buffers: dict[str, torch.Tensor]
     python_changes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    python_per_call: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def clone_inputs(tree: Any) -> Any:
@@ -55,7 +57,7 @@ def observe(module: Callable[..., Any], owner: torch.nn.Module, args: tuple, kwa
         out = module(*a, **k)
         written, original = record["written"], record["original"]
         buffers = {n: b.detach().clone() if written(b) else original(b) for n, b in owner.named_buffers()}
-    return Observation(out, (a, k), buffers, record.get("python_changes", []))
+    return Observation(out, (a, k), buffers, record.get("python_changes", []), record.get("python_per_call", []))
 
 
 def compare_observations(actual: Observation, expected: Observation, options: CaseOptions) -> dict[str, float]:
@@ -73,13 +75,14 @@ def compare_observations(actual: Observation, expected: Observation, options: Ca
 
 @contextlib.contextmanager
 def preserved_python_state(module: torch.nn.Module):
-    """Plain Python attributes of the module tree as they were, after the block (export's tracing runs forward)."""
+    """Plain Python attributes of the module tree as they were, after the block (export's tracing runs forward):
+    the same objects with the same contents. Export restores attributes that tracing assigned by value, as new
+    objects, and leaves the old ones as tracing mutated them, so equal values are no proof of nothing changed."""
     before = python_state(module)
     try:
         yield
     finally:
-        if python_state_changes(before, python_state(module)):
-            restore_python_state(module, before)
+        restore_python_state(module, before)
 
 
 def python_change_text(change: dict[str, Any]) -> str:

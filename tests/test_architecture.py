@@ -25,7 +25,7 @@ LAYERS: list[list[str]] = [
     # plain helpers and torch glue with no package imports
     ["util", "modstate", "ops", "timeout", "torchlog"],
     # the vocabulary: options and keywords, the result model, draft-export diagnosis
-    ["options", "results", "diagnose"],
+    ["options", "results", "diagnose", "guardsource"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance)
     ["case", "compare", "baseline", "tags", "variants", "conformance"],
     # the declaration, one observed forward call, session settings, the gate, text summaries

@@ -7,6 +7,7 @@ behaviour (report fields, warnings summary, replay, xdist) is in test_dynamic_pl
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import pytest
 import torch
@@ -395,6 +396,13 @@ class RowOneAlways(torch.nn.Module):
         return x[0] + x.sum(0)
 
 
+class NeedsThree(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] >= 3:  # a branch on the size: export keeps only sizes >= 3
+            return x * 2
+        return x
+
+
 def _paste(fix: str):
     """The fix as a user pastes it: run the source, take the last Dim it defines."""
     scope = {"Dim": Dim}
@@ -406,7 +414,8 @@ def _paste(fix: str):
     (RowOneAlways(), (4, 3), Dim("b", min=1, max=32), "b = Dim('b', min=2, max=32)"),
     (ReshapeByFour(), (8, 2), Dim.DYNAMIC(min=4, max=32), "_x_shape_0 = Dim('_x_shape_0', min=2, max=16)\n"
                                                            "x_shape_0 = 2 * _x_shape_0"),
-], ids=["narrower-range", "derived-multiple"])
+    (NeedsThree(), (4, 3), Dim.DYNAMIC(min=1, max=32), "x_shape_0 = Dim('x_shape_0', min=3, max=32)"),
+], ids=["narrower-range", "derived-multiple", "narrowed-by-a-branch"])
 def test_a_guards_failure_offers_a_fix_that_passes_when_pasted_back(module, example, declared, expected):
     res = check(module, (torch.randn(*example),), dynamic_shapes={"x": {0: declared}})
     guards = res.stages["guards"]
@@ -415,3 +424,25 @@ def test_a_guards_failure_offers_a_fix_that_passes_when_pasted_back(module, exam
     assert "fix: what the program really accepts, ready to paste" in guards.message
     fixed = check(module, (torch.randn(*example),), dynamic_shapes={"x": {0: _paste(expected)}})
     assert fixed.outcome == "passed", fixed.failure_text()
+
+
+def test_a_guards_failure_names_where_the_guard_came_from():
+    # a branch on the size in the model: its own line
+    res = check(NeedsThree(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim.DYNAMIC(min=1, max=32)}})
+    message = res.stages["guards"].message
+    line = inspect.getsourcelines(NeedsThree.forward)[1] + 1
+    assert "but export kept only [3, 32] (a branch or check on the size narrowed it); the guard that narrowed it: `" \
+        in message, message
+    assert f"test_dynamic_guarantees.py:{line} in forward: `if x.shape[0] >= 3:" in message, message
+    # an operator's guard (reshape needs whole groups of 4): non-strict export records torch's frame, strict the
+    # model's line that called the operator
+    line = inspect.getsourcelines(ReshapeByFour.forward)[1] + 1
+    for strict, where in ((False, "from inside torch (torch"), (True, f"test_dynamic_guarantees.py:{line} in forward: "
+                                                                      "`return x.reshape(-1, 4).sum(1)`")):
+        res = check(ReshapeByFour(), (torch.randn(8, 2),), dynamic_shapes={"x": {0: Dim.DYNAMIC(min=4, max=32)}},
+                    strict=strict)
+        guards = res.stages["guards"]
+        assert guards.status == "failed"
+        assert "- where: x.shape[0]=5 is refused by `" in guards.message and where in guards.message, guards.message
+        assert list(guards.data["guard_sources"].values())[0][0].startswith("`Eq(Mod(")
+    assert "export with strict=True to see the model's line" not in guards.message

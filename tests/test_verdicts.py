@@ -4,9 +4,11 @@ its own crashes never passing. Each test plants one defect (or one harness limit
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import pytest
+
 import torch
 
 import pytest_export
@@ -203,8 +205,33 @@ def test_harness_never_leaves_python_state_changed():
 
     model = Counter()
     seen = model.seen
-    pytest_export.check(model, (torch.randn(3, 2),), name="state.py::test_state", examples=2)
-    assert model.calls == 0 and model.seen == [] and model.seen is seen and not hasattr(model, "flag")
+    result = pytest_export.check(model, (torch.randn(3, 2),), name="state.py::test_state", examples=2)
+    assert result.stages["compare"].status == "failed"
+    assert [c["path"] for c in result.stages["compare"].data["python_changes"]] == ["calls", "seen"]
+    # what every call changes is undone; a value every call sets alike is settled, as after the user's own first call
+    assert model.calls == 0 and model.seen == [] and model.seen is seen and model.flag is True
+
+
+def test_a_lazy_initialization_is_kept_and_no_finding():
+    # transformers' output capturing: the first forward registers hooks and sets a flag that says so. Undoing the
+    # flag but not the hooks made the next call register them again (a false "nondeterministic").
+    class LazyHooks(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            if not getattr(self, "_hooks_installed", False):
+                self.inner.register_forward_hook(lambda mod, args, out: out * 2)
+                self._hooks_installed = True
+            return self.inner(x)
+
+    model = LazyHooks()
+    result = pytest_export.check(model, (torch.randn(3, 2),), name="lazy.py::test_lazy",
+                                 dynamic_shapes={"x": {0: torch.export.Dim("b", min=1, max=8)}}, examples=5)
+    assert result.outcome == "passed", result
+    assert result.stages["eager"].message == ""
+    assert len(model.inner._forward_hooks) == 1 and model._hooks_installed is True
 
 
 # ---- 3. the harness's own crashes never pass ----------------------------------------------------------------------
@@ -352,3 +379,24 @@ def test_hangs():
     assert export["status"] == "error"
     assert 1.5 <= export["duration"] < 30, export
     assert "(ran " in export["message"]
+
+
+def test_a_forward_whose_result_follows_its_call_count_names_the_attribute():
+    ticks = itertools.count()  # state outside the module: no harness can put it back
+
+    class Draws(torch.nn.Module):  # state that changes on every call, and a result that differs besides
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return x * self.calls + next(ticks)
+
+    model = Draws()
+    result = pytest_export.check(model, (torch.randn(3, 2),), name="draws.py::test_draws", examples=2)
+    eager = result.stages["eager"]
+    assert eager.status == "failed" and eager.data["signature"] == "nondeterministic", eager
+    assert "forward changes Python attribute `calls` (was 0, now 1) on every call, and the second call saw the " \
+           "first call's value" in eager.message
+    assert model.calls == 0

@@ -25,6 +25,16 @@ def test_bert():
     return model.eval(), (), text_inputs(VOCAB, 2, 16)
 
 
+# every layer's hidden states as outputs (feature extraction): transformers installs output-capturing hooks and
+# sets a flag on the first forward, a lazy initialization the harness keeps
+@pytest.mark.exportable(dynamic_shapes=text_shapes(), input_builder=text_builder(VOCAB), tags=["zoo", "encoder"])
+def test_bert_hidden_states():
+    seeded()
+    model = transformers.BertModel(transformers.BertConfig(**SMALL, output_hidden_states=True,
+                                                           output_attentions=True, attn_implementation="eager"))
+    return model.eval(), (), text_inputs(VOCAB, 2, 16)
+
+
 # RoBERTa numbers positions from the padding id (pad=1): ids carry it exactly at the masked positions
 @pytest.mark.exportable(dynamic_shapes=text_shapes(), input_builder=text_builder(VOCAB, pad=1),
                         tags=["zoo", "encoder"])

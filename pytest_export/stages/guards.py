@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from ..context import Context, Stage, StageFailure
+from ..guardsource import kept_range, refusing_guards
 from ..util import plural
 from ..probing import (ACCEPTED, RAISED, has_small_size, in_range_probes, in_range_problem, mismatch,
                        out_of_range_probes, probe_inputs, run_eager, run_program)
@@ -106,6 +107,15 @@ def run(ctx: Context) -> dict[str, Any]:
             "findings": [r for r in records if "finding" in r], "warnings": warnings}
     if ctx.eager_rejects:
         data["eager_rejects"] = list(ctx.eager_rejects)
+    for v in model.vars:
+        if refused_in.get(v.symbol):
+            size = refused_in[v.symbol][0][0]
+            culprits = refusing_guards(ctx.ep, v.symbol, size)
+            if culprits:
+                data.setdefault("guard_sources", {})[v.symbol] = culprits
+            if culprits and not any(c in f for f, _ in failures for c in culprits):  # not named by the audit
+                failures.append((f"where: {'/'.join(v.names)}={size} is refused by "
+                                 + "; ".join(culprits), "refused-in-range"))
     fix = suggested_fix(ctx, model, refused_in, accepted_in)
     if fix:
         data["dynamic_shapes_fix"] = fix
@@ -135,6 +145,11 @@ def suggested_fix(ctx: Context, model: Any, refused: dict[str, list[tuple[int, s
         above = [x for x, _ in bad if x > v.example]
         lo = min((x for x in ok if x > max(below)), default=v.example) if below else v.lo
         hi = max((x for x in ok if x < min(above)), default=v.example) if above else (None if v.unbounded else v.hi)
+        kept = kept_range(ctx.ep, v.symbol)  # the program's own bounds, where they sit between the probes
+        if kept and below and max(below) < kept[0] < lo:
+            lo = kept[0]
+        if kept and above and kept[1] is not None and hi is not None and hi < kept[1] < min(above):
+            hi = kept[1]
         if multiple:
             # the refusals are the guard's demand for whole multiples: the declared range, in multiples
             lo, hi = max(v.lo, 1), (None if v.unbounded else v.hi)
