@@ -213,11 +213,8 @@ class StateKeeper:
         found: list[set[int]] = []
 
         def changed() -> set[int]:
-            # Parameters by their version counter (one int each: no copy, no compare of large weights). Buffers
-            # also by value: a kernel that updates them in place (batch norm's running stats) moves no counter.
             if not found:
-                found.append({id(t) for (t, orig, buffer), v in zip(plan, versions)
-                              if t._version != v or (buffer and not same_tensor(t.detach(), orig))})
+                found.append({id(t) for (t, orig, buffer), v in zip(plan, versions) if written(t, v, orig, buffer)})
             return found[0]
 
         record: dict[str, Any] = {"written": lambda t: id(t) in changed(),
@@ -260,12 +257,20 @@ def changed_since(before: dict[str, tuple[torch.Tensor, int]], keeper: StateKeep
     back to its original."""
     changed = []
     for name, (t, v) in before.items():
-        written = t._version != v or name.startswith("buffer ")  # buffers also by value (see StateKeeper.around)
-        if written and not same_tensor(t.detach(), keeper.original(t)):
+        if written(t, v, keeper.original(t), name.startswith("buffer ")) and \
+                not same_tensor(t.detach(), keeper.original(t)):
             changed.append(name)
             with torch.no_grad():
                 t.copy_(keeper.original(t))
     return changed
+
+
+def written(t: torch.Tensor, version: int, original: torch.Tensor, buffer: bool) -> bool:
+    """Whether state tensor ``t`` was written since its version counter read ``version``. Parameters by the
+    counter alone (one int: no copy, no compare of large weights); buffers also by value against ``original``:
+    a kernel that updates them in place (batch norm's running stats) moves no counter."""
+    # private: Tensor._version has no public twin; it is how autograd itself detects in-place writes
+    return t._version != version or (buffer and not same_tensor(t.detach(), original))
 
 
 def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -279,5 +284,5 @@ def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.is_floating_point() and bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all())
 
 
-__all__ = ["StateKeeper", "preserved_state", "python_state", "python_state_changes", "restore_python_state",
+__all__ = ["StateKeeper", "preserved_state", "written", "python_state", "python_state_changes", "restore_python_state",
            "named_state", "versions", "changed_since", "same_tensor", "state_tensors"]

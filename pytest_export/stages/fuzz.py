@@ -45,12 +45,11 @@ def run(ctx: Context) -> dict[str, Any]:
 
     model = audit.model
     builder = ctx.options.input_builder
-    state: dict[str, Any] = {"runs": 0, "failure": None, "stopped": False, "drawn": []}
+    state: dict[str, Any] = {"runs": 0, "failure": None, "drawn": []}
     budget = Budget(ctx)
 
     def one(values: dict[str, int]) -> None:
-        if state["searching"] and budget.spent():
-            state["stopped"] = True
+        if budget.stop_now():
             hypothesis.reject()  # the budget is spent: the remaining draws are skipped, not run
         state["runs"] += 1
         state["drawn"].append(model.named(values))
@@ -76,7 +75,6 @@ def run(ctx: Context) -> dict[str, Any]:
     # Boundaries first, run here and not as @example: Hypothesis does not shrink a failing explicit example,
     # and the search below finds and shrinks the same failure to its threshold.
     boundary_failure: tuple[dict[str, Any], FuzzFailure] | None = None
-    state["searching"] = False
     if not ctx.options.reproduce:
         for values in boundary_assignments(model):
             try:
@@ -109,16 +107,16 @@ def run(ctx: Context) -> dict[str, Any]:
 
     if boundary_failure:
         budget.lift()
-    state["searching"] = True
+    budget.armed = True
     try:
         if boundary_failure or ctx.options.reproduce or (state["runs"] < n and not budget.spent()):
             _run_outside_hypothesis(search)
         elif state["runs"] < n:
-            state["stopped"] = True
+            budget.stopped = True
     except FuzzFailure as exc:
         raise _report(ctx, state, exc)
     except Unsatisfiable:
-        if not state["stopped"]:
+        if not budget.stopped:
             raise  # not ours: every draw was rejected for another reason
     if boundary_failure is not None:
         # the search found nothing smaller: report the boundary itself (it fails on every run)
@@ -128,7 +126,7 @@ def run(ctx: Context) -> dict[str, Any]:
     if ctx.eager_rejects:
         data["eager_rejects"] = list(ctx.eager_rejects)
     runs = plural(state["runs"], "example")
-    if state["stopped"]:
+    if budget.stopped:
         data["budget_spent"] = True
         runs = (f"{state['runs']} of {n} examples (the budget of {budget.seconds:g} s for guards and fuzz was "
                 "spent; --export-budget / budget= raises it)")
@@ -137,13 +135,24 @@ def run(ctx: Context) -> dict[str, Any]:
 
 
 class Budget:
-    """The time ``guards`` and ``fuzz`` may spend on one case together (``--export-budget`` / ``budget=``)."""
+    """The time ``guards`` and ``fuzz`` may spend on one case together (``--export-budget`` / ``budget=``).
+
+    It cuts only random examples: boundaries run before it is ``armed``, and a failing boundary ``lift``s it
+    (the search must find that failure again to shrink it). ``stopped``: it cut some."""
 
     def __init__(self, ctx: Context):
         self.seconds = ctx.options.budget
         guards = ctx.result.stages.get("guards")
         self.before = guards.duration if guards is not None else 0.0
         self.start = time.perf_counter()
+        self.armed = False
+        self.stopped = False
+
+    def stop_now(self) -> bool:
+        """Whether the next random example is cut (and the budget then counts as having stopped the search)."""
+        if self.armed and self.spent():
+            self.stopped = True
+        return self.stopped and self.armed
 
     def used(self) -> float:
         return self.before + time.perf_counter() - self.start
