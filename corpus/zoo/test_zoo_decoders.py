@@ -26,8 +26,12 @@ def _builder(sizes, args, kwargs):
     return (), {**inputs, "use_cache": False}
 
 
+# what every decoder case declares: batch and sequence dynamic, `use_cache` a plain flag
+LM = dict(dynamic_shapes={**text_shapes(), "use_cache": None}, input_builder=_builder)
+
+
 @pytest.mark.exportable(
-    dynamic_shapes={**text_shapes(), "use_cache": None}, input_builder=_builder, tags=["zoo", "decoder"],
+    **LM, tags=["zoo", "decoder"],
     xfail={"decomp": "SDPA's fake kernel reports a (B, S, H, D)-strided output, so export drops the .contiguous() "
                      "after it; run_decompositions() lowers SDPA to (B, H, S, D) and Conv1D's x.view(-1, E) raises"},
 )
@@ -38,37 +42,32 @@ def test_gpt2():
     return _lm(transformers.GPT2LMHeadModel(config))
 
 
-@pytest.mark.exportable(dynamic_shapes={**text_shapes(), "use_cache": None}, input_builder=_builder,
-                        tags=["zoo", "decoder", "zoo-ci"])
+@pytest.mark.exportable(**LM, tags=["zoo", "decoder", "zoo-ci"])
 def test_llama():
     seeded()
     return _lm(transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA_LIKE)))
 
 
 # sliding window (16) shorter than the longest declared sequence: the mask differs past it
-@pytest.mark.exportable(dynamic_shapes={**text_shapes(), "use_cache": None}, input_builder=_builder,
-                        tags=["zoo", "decoder"])
+@pytest.mark.exportable(**LM, tags=["zoo", "decoder"])
 def test_mistral_sliding_window():
     seeded()
     return _lm(transformers.MistralForCausalLM(transformers.MistralConfig(**LLAMA_LIKE, sliding_window=16)))
 
 
-@pytest.mark.exportable(dynamic_shapes={**text_shapes(), "use_cache": None}, input_builder=_builder,
-                        tags=["zoo", "decoder"])
+@pytest.mark.exportable(**LM, tags=["zoo", "decoder"])
 def test_qwen2():
     seeded()
     return _lm(transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**LLAMA_LIKE)))
 
 
-@pytest.mark.exportable(dynamic_shapes={**text_shapes(), "use_cache": None}, input_builder=_builder,
-                        tags=["zoo", "decoder"])
+@pytest.mark.exportable(**LM, tags=["zoo", "decoder"])
 def test_gemma():
     seeded()
     return _lm(transformers.GemmaForCausalLM(transformers.GemmaConfig(**LLAMA_LIKE, head_dim=8)))
 
 
-@pytest.mark.exportable(dynamic_shapes={**text_shapes(), "use_cache": None}, input_builder=_builder,
-                        tags=["zoo", "decoder"])
+@pytest.mark.exportable(**LM, tags=["zoo", "decoder"])
 def test_phi():
     seeded()
     config = transformers.PhiConfig(**LLAMA_LIKE, partial_rotary_factor=0.5)
@@ -76,8 +75,7 @@ def test_phi():
 
 
 # OPT numbers positions from the attention mask (cumsum), so padding changes positions
-@pytest.mark.exportable(dynamic_shapes={**text_shapes(), "use_cache": None}, input_builder=_builder,
-                        tags=["zoo", "decoder"])
+@pytest.mark.exportable(**LM, tags=["zoo", "decoder"])
 def test_opt():
     seeded()
     config = transformers.OPTConfig(vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
@@ -86,8 +84,7 @@ def test_opt():
     return _lm(transformers.OPTForCausalLM(config))
 
 
-@pytest.mark.exportable(dynamic_shapes={**text_shapes(), "use_cache": None}, input_builder=_builder,
-                        tags=["zoo", "decoder"])
+@pytest.mark.exportable(**LM, tags=["zoo", "decoder"])
 def test_gpt_neox():
     seeded()
     config = transformers.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
