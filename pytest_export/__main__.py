@@ -1,28 +1,42 @@
-"""``python -m pytest_export merge|show|diff``: reports of CI shards into one, a report as a table, two reports
-compared (before and after a torch upgrade). Reads and writes report JSON only; imports no torch.
+"""``python -m pytest_export merge|show|diff|gate|durations``: reports of CI shards into one, a report as a table,
+two reports compared (before and after a torch upgrade), the baseline gate applied once to a merged report, and
+the cases' durations for pytest-split. Reads and writes report JSON only; imports no torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
+from . import baseline as bl
 from .conformance import stage_order
-from .report import build_report, read_report, write_json_atomic
+from .gate import judge_report
+from .options import SessionOptions, UsageError
+from .report import build_report, read_report, write_json_atomic, write_summary_md, write_text_atomic
 from .summary import coverage_line, coverage_summary, stage_table
-from .util import markdown_table, text_table
+from .util import markdown_table, plural, text_table
 
 BAD = ("failed", "error", "xpassed")
+USAGE_ERROR = 4  # pytest's exit status for a usage error: the in-run gate's for a missing or broken baseline
 
 
-def _load(path: str) -> dict[str, Any]:
+def _load(path: str, status: int = 1) -> dict[str, Any]:
+    """A report, or exit with ``status`` and a message naming the file."""
     try:
         return read_report(path)
     except FileNotFoundError:
-        raise SystemExit(f"pytest-export: {path}: no such report")
+        problem = f"{path}: no such report"
+    except OSError as exc:
+        problem = f"{path}: cannot be read ({exc.strerror or exc})"
     except ValueError as exc:
-        raise SystemExit(f"pytest-export: {exc}" if str(path) in str(exc) else f"pytest-export: {path}: {exc}")
+        problem = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
+    fix = ("; write it with pytest --export-check --export-report PATH, or merge the shards' reports with "
+           "python -m pytest_export merge") if status == USAGE_ERROR else ""
+    print(f"pytest-export: {problem}{fix}", file=sys.stderr)
+    raise SystemExit(status)
 
 
 def merge_reports(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) -> tuple[dict[str, Any], list[str]]:
@@ -121,8 +135,92 @@ def diff_text(d: dict[str, Any], markdown: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_export", description=__doc__.split("\n")[0])
+def gate(report_path: str, baseline_path: str, *, warn_stale: bool = False, markdown: str | None = None,
+         environ: Mapping[str, str] = os.environ) -> int:
+    """``gate REPORT --baseline PATH``: the in-run gate's rules, messages and exit statuses, applied once to a
+    whole run's report (issue #19): 0 when nothing is new or stale, 1 when something is, 4 for a usage error."""
+    report = _load(report_path, USAGE_ERROR)
+    problem = _malformed_case(report)
+    if problem:
+        print(f"pytest-export: {report_path}: {problem}; write it with pytest --export-check --export-report PATH",
+              file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        base = bl.load(baseline_path, option="--baseline")
+    except UsageError as exc:
+        print(f"pytest-export: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    options = SessionOptions(check=True, baseline=baseline_path, baseline_warn_stale=warn_stale)
+    verdict = judge_report(base, report["cases"], options)
+    n = verdict.counts
+    found = [plural(n["new"], "case with a new failure or non-core op", "cases with a new failure or non-core op"),
+             plural(n["errors"], "error"), plural(n["failed"], "other failing case"),
+             plural(n["stale"], "stale entry", "stale entries") + ("" if verdict.failed else " (a warning)")]
+    found = [f for f in found if not f.startswith("0 ")]
+    if verdict.failed:
+        line = f"gate failed: {', '.join(found)}"
+    else:
+        line = f"gate passed: {', '.join(found) or 'nothing new or stale'}, {plural(n['known'], 'known failure')}"
+    line += f"; {plural(n['cases'], 'case')} of {report_path} against the baseline {baseline_path}"
+    print(f"export baseline {baseline_path}")
+    for m in verdict.messages:
+        print(m)
+    print(line)
+    md_path, append = markdown, False
+    step = environ.get("GITHUB_STEP_SUMMARY")
+    if step and (md_path is None or os.path.abspath(md_path) == os.path.abspath(step)):
+        md_path, append = step, True  # the job page's file is shared by the job's steps: add, never replace
+    if md_path:
+        write_summary_md(md_path, report, [*verdict.messages, line], append=append)
+    return 1 if verdict.failed else 0
+
+
+def _malformed_case(report: dict[str, Any]) -> str | None:
+    """What the gate cannot read in a report's cases (a hand-edited or truncated file), or None."""
+    for i, case in enumerate(report["cases"]):
+        if not isinstance(case, dict) or not isinstance(case.get("nodeid"), str):
+            return f"cases[{i}] is not a case (an object with a \"nodeid\")"
+        stages = case.get("stages", {})
+        if not isinstance(stages, dict) or not all(isinstance(s, dict) and isinstance(s.get("status"), str)
+                                                   for s in stages.values()):
+            return f"cases[{i}] ({case['nodeid']}): \"stages\" must map a stage to an object with a \"status\""
+    return None
+
+
+def durations(report_paths: Sequence[str], output: str) -> int:
+    """``durations REPORT... -o PATH``: each case's ``duration`` as pytest-split's ``--store-durations`` writes
+    it (a JSON object {nodeid: seconds}, sorted, indented by 4), merged into PATH as pytest-split merges: the
+    entries of tests that are in no report are kept."""
+    found: dict[str, float] = {}
+    for path in report_paths:
+        cases = [c for c in _load(path)["cases"] if isinstance(c.get("duration"), (int, float))]
+        if not cases:
+            print(f"warning: {path}: no case has a duration (a report of pytest-export 0.1 or older?)", file=sys.stderr)
+        found.update((c["nodeid"], float(c["duration"])) for c in cases)
+    stored: Any = {}
+    if os.path.exists(output):
+        try:
+            with open(output, encoding="utf-8") as fh:
+                stored = json.load(fh)
+            if isinstance(stored, list):  # pytest-split's older list of [nodeid, seconds] pairs, read as it does
+                stored = dict(stored)
+        except (OSError, ValueError, TypeError):
+            stored = None
+        if not isinstance(stored, dict):
+            print(f"pytest-export: {output}: not a pytest-split durations file (a JSON object {{test id: seconds}}); "
+                  "fix it or remove it", file=sys.stderr)
+            return 1
+    kept = len(set(stored) - set(found))
+    merged = {**stored, **found}
+    write_text_atomic(output, json.dumps(merged, sort_keys=True, indent=4) + "\n")
+    print(f"wrote the durations of {plural(len(found), 'case')} to {output}"
+          + (f" (kept {plural(kept, 'other test')} it had)" if kept else ""))
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m pytest_export",
+                                     description=" ".join(__doc__.split("\n\n")[0].split()).replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("merge", help="merge the reports of CI shards into one report")
     p.add_argument("reports", nargs="+", help="report JSON files (--export-report of each shard)")
@@ -135,7 +233,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("before")
     p.add_argument("after")
     p.add_argument("--markdown", action="store_true", help="Markdown instead of text")
-    args = parser.parse_args(argv)
+    p = sub.add_parser("gate", help="the baseline gate applied once to a whole run's report (the merged report of "
+                                    "CI shards): exit status 1 on new failures, new non-core ops, errors or stale "
+                                    "entries, 4 when the report or the baseline is missing or malformed")
+    p.add_argument("report", help="the report (python -m pytest_export merge of the shards' reports)")
+    p.add_argument("--baseline", required=True, metavar="PATH",
+                   help="the baseline file (the shards' --export-baseline)")
+    p.add_argument("--warn-stale", action="store_true", help="stale entries warn instead of failing "
+                                                             "(as --export-baseline-warn-stale)")
+    p.add_argument("--markdown", metavar="PATH", help="write the Markdown summary to PATH (default: appended to "
+                                                      "$GITHUB_STEP_SUMMARY when that is set)")
+    p = sub.add_parser("durations", help="write the cases' durations in pytest-split's format, so that the next "
+                                         "run balances its shards by what export costs")
+    p.add_argument("reports", nargs="+", help="report JSON files (the merged one, or each shard's)")
+    p.add_argument("-o", "--output", required=True, help="the durations file (pytest-split's --durations-path, "
+                                                         "default .test_durations); entries of other tests are kept")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
 
     if args.command == "merge":
         merged, warnings = merge_reports([_load(p) for p in args.reports], args.reports)
@@ -144,6 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_json_atomic(args.output, merged)
         print(f"merged {len(args.reports)} reports ({len(merged['cases'])} cases) into {args.output}")
         return 0
+    if args.command == "gate":
+        return gate(args.report, args.baseline, warn_stale=args.warn_stale, markdown=args.markdown)
+    if args.command == "durations":
+        return durations(args.reports, args.output)
     if args.command == "show":
         sys.stdout.write(show_text(_load(args.report), markdown=args.markdown))
         return 0

@@ -17,7 +17,7 @@ import dataclasses
 import json
 import os
 import re
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 from .options import UsageError
 
@@ -59,20 +59,19 @@ def _entry_json(entry: Entry | str) -> Entry:
     return out
 
 
-def load(path: str | os.PathLike, *, missing_ok: bool = False) -> Baseline:
+def load(path: str | os.PathLike, *, missing_ok: bool = False, option: str = "--export-baseline") -> Baseline:
     """Read a baseline file (version 1 or 2); a malformed one raises UsageError naming the file, the key and
-    the fix."""
+    the fix (``option``: how the user named the file, ``--export-baseline`` or the gate command's ``--baseline``)."""
+    where = f"{option} {path}"
     if not os.path.exists(path):
         if missing_ok:
             return Baseline()
-        raise UsageError(f"--export-baseline {path}: no such file; create it with --export-baseline-update")
+        raise UsageError(f"{where}: no such file; create it with --export-baseline-update")
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except (OSError, ValueError) as exc:
-        raise UsageError(f"--export-baseline {path}: not readable JSON ({exc}); "
-                         "fix it or recreate it with --export-baseline-update")
-    where = f"--export-baseline {path}"
+        raise UsageError(f"{where}: not readable JSON ({exc}); fix it or recreate it with --export-baseline-update")
     if not isinstance(data, dict) or data.get("version") not in READABLE_VERSIONS:
         raise UsageError(f"{where}: expected a JSON object with \"version\": {BASELINE_VERSION} "
                          f"(or the older {READABLE_VERSIONS[0]}); recreate it with --export-baseline-update")
@@ -184,29 +183,33 @@ def judge(case: dict[str, Any], baseline: Baseline) -> dict[str, Any]:
     return {k: v for k, v in verdict.items() if v}
 
 
-def in_scope(nodeid: str, scope: Iterable[str] | None) -> bool:
-    """Whether a case lies in the part of the suite that ran whole (``scope``: rootdir-relative folders)."""
-    if scope is None:
+def in_scope(nodeid: str, scope: Iterable[str] | None, excluded: Collection[str] = ()) -> bool:
+    """Whether a case lies in the part of the suite that ran whole (``scope``: rootdir-relative folders) and the
+    run did not deselect it (``excluded``)."""
+    if scope is None or nodeid in excluded:
         return False
     path = nodeid.split("::")[0]
     return any(d in ("", ".") or path == d or path.startswith(d.rstrip("/") + "/") for d in scope)
 
 
-def session_stale(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: list[str] | None) -> list[str]:
+def session_stale(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: list[str] | None,
+                  excluded: Collection[str] = ()) -> list[str]:
     """Entries no case of this run can confirm although their whole part of the suite ran: cases that are gone,
     and non-core ops no case carries any more."""
     cases = list(cases)
     ran = {c["nodeid"] for c in cases}
     out = [f"{nodeid} [{', '.join(sorted(stages))}]: the case did not run (removed or renamed?)"
-           for nodeid, stages in sorted(baseline.failures.items()) if nodeid not in ran and in_scope(nodeid, scope)]
+           for nodeid, stages in sorted(baseline.failures.items())
+           if nodeid not in ran and in_scope(nodeid, scope, excluded)]
     carried = {op for c in cases for op in non_core_of(c)}
     for op, owners in sorted(baseline.non_core_ops.items()):
-        if op not in carried and owners and all(in_scope(n, scope) or n in ran for n in owners):
+        if op not in carried and owners and all(in_scope(n, scope, excluded) or n in ran for n in owners):
             out.append(f"non-core op {op}: no case carries it after decomposition any more")
     return out
 
 
-def updated(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: list[str] | None) -> Baseline:
+def updated(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: list[str] | None,
+            excluded: Collection[str] = ()) -> Baseline:
     """The baseline this run implies: cases that ran get their current failures (``failed`` stages only);
     cases that did not run keep their entries unless they lie in the part of the suite that ran whole.
     Legacy ``case`` entries (case-level errors, version 1) are dropped: an error is never expected."""
@@ -214,7 +217,7 @@ def updated(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: list[str
     ran = {c["nodeid"] for c in cases}
     new = Baseline()
     for nodeid, stages in baseline.failures.items():
-        if nodeid not in ran and not in_scope(nodeid, scope):
+        if nodeid not in ran and not in_scope(nodeid, scope, excluded):
             kept = {s: dict(e) for s, e in stages.items() if s != CASE_STAGE}
             if kept:
                 new.failures[nodeid] = kept
@@ -223,7 +226,7 @@ def updated(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: list[str
         if f:
             new.failures[c["nodeid"]] = f
     for op, owners in baseline.non_core_ops.items():
-        kept_owners = [n for n in owners if n not in ran and not in_scope(n, scope)]
+        kept_owners = [n for n in owners if n not in ran and not in_scope(n, scope, excluded)]
         if kept_owners:
             new.non_core_ops[op] = kept_owners
     for c in cases:

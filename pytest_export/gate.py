@@ -4,6 +4,8 @@
 ``finish`` turns the session's cases into the baseline's end-of-run messages, the rewritten baseline (update
 mode) and whether stale entries fail the session. The marker and the ``export_check`` fixture both go through
 ``judge`` (``session.settle`` applies its action), so a case is gated the same way however it was checked.
+``judge_report`` applies both, once, to the cases of a whole run's report (the merged report of CI shards,
+``python -m pytest_export gate``), so that gate has the same rules and messages as the in-run one.
 
 Plain Python over results and the report's case dicts; no torch, no pytest.
 """
@@ -11,14 +13,13 @@ Plain Python over results and the report's case dicts; no torch, no pytest.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Collection
 
 from . import baseline as bl
-from .results import XFAILED
+from .results import BAD, XFAILED, CaseResult
 
 if TYPE_CHECKING:
     from .options import SessionOptions
-    from .results import CaseResult
 
 FAIL, XFAIL, WARN, PASS = "fail", "xfail", "warn", "pass"
 
@@ -105,8 +106,9 @@ class Finish:
 
 
 def finish(base: bl.Baseline, cases: list[dict[str, Any]], scope: list[str] | None,
-           options: SessionOptions) -> Finish:
-    """The session's baseline verdict over every case (``scope``: the folders that ran whole, or None)."""
+           options: SessionOptions, excluded: Collection[str] = ()) -> Finish:
+    """The session's baseline verdict over every case (``scope``: the folders that ran whole, or None;
+    ``excluded``: test ids the run deselected, out of scope wherever they lie)."""
     out = Finish()
     # errors fail their items whatever the baseline says; list them here too, so the summary explains why
     # an update did not record them and a gate run did not expect them
@@ -114,7 +116,7 @@ def finish(base: bl.Baseline, cases: list[dict[str, Any]], scope: list[str] | No
               "decide; fix what stopped it and rerun" for c in sorted(cases, key=lambda c: c["nodeid"])
               if bl.errors_of(c)]
     if options.baseline_update:
-        out.updated = new = bl.updated(base, cases, scope)
+        out.updated = new = bl.updated(base, cases, scope, excluded)
         out.messages.append(
             f"baseline {options.baseline} updated: {sum(len(s) for s in new.failures.values())} known "
             f"failure(s), {len(new.non_core_ops)} non-core op(s)"
@@ -123,7 +125,7 @@ def finish(base: bl.Baseline, cases: list[dict[str, Any]], scope: list[str] | No
         return out
     stale = [f"{c['nodeid']} [{', '.join(sorted(c['baseline']['stale']))}]: passes now"
              for c in cases if c.get("baseline", {}).get("stale")]
-    stale += bl.session_stale(base, cases, scope)
+    stale += bl.session_stale(base, cases, scope, excluded)
     new = []
     for c in cases:
         verdict = c.get("baseline", {})
@@ -142,4 +144,52 @@ def finish(base: bl.Baseline, cases: list[dict[str, Any]], scope: list[str] | No
     return out
 
 
-__all__ = ["judge", "finish", "Finish", "xfailed_text", "error_text", "stages_text", "FAIL", "XFAIL", "WARN", "PASS"]
+@dataclasses.dataclass
+class ReportVerdict:
+    """The gate over a whole run's report: the end-of-run lines (the in-run gate's, then one per failing item
+    those lines do not explain), the items the in-run gate fails, and the counts for the verdict line."""
+
+    messages: list[str]
+    failing: list[str]
+    stale_fails: bool
+    counts: dict[str, int]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failing) or self.stale_fails
+
+
+def judge_report(base: bl.Baseline, cases: list[dict[str, Any]], options: SessionOptions) -> ReportVerdict:
+    """The gate applied once to the cases of a whole run (issue #19: the merged report of CI shards).
+
+    Each case is judged as its item was in the run (``judge``, against ``base``: a verdict the case carries from
+    its shard's run is dropped), then the session is finished with every folder in scope (``finish``): the
+    report is the whole run, so an entry whose case is in no shard's report is stale."""
+    judged, failing, other = [], [], []
+    for case in sorted(cases, key=lambda c: c["nodeid"]):
+        result = CaseResult.from_json({k: v for k, v in case.items() if k != "baseline"})
+        action, _ = judge(result, base, options)
+        judged.append(result.to_json())
+        if action == FAIL:
+            failing.append(result.nodeid)
+            verdict = result.info.get("baseline", {})
+            explained = (bl.errors_of(judged[-1]) or verdict.get("new") or verdict.get("new_non_core")
+                         or verdict.get("stale"))
+            if not explained:  # a strict XPASS, or a failure no baseline line names
+                bad = [(n, s) for n, s in result.stages.items() if s.status in BAD]
+                other += [f"failed: {result.nodeid} [{n}]: {s.status}: {(s.message.splitlines() or [''])[0]}"
+                          for n, s in bad] or [f"failed: {result.nodeid}: {result.outcome}"]
+    end = finish(base, judged, [""], options)
+    counts = {
+        "new": sum(m.startswith("new: ") for m in end.messages),
+        "errors": sum(m.startswith("error (never baselined): ") for m in end.messages),
+        "stale": sum(m.startswith(("stale: remove it: ", "stale (warning): ")) for m in end.messages),
+        "failed": len(other),
+        "known": sum(len(c.get("baseline", {}).get("known", {})) for c in judged),
+        "cases": len(judged),
+    }
+    return ReportVerdict(end.messages + other, failing, end.stale_fails, counts)
+
+
+__all__ = ["judge", "finish", "Finish", "judge_report", "ReportVerdict", "xfailed_text", "error_text", "stages_text",
+           "FAIL", "XFAIL", "WARN", "PASS"]

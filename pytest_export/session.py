@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # imported where used: a run without --export-check loads non
     from .variants import Variant
 
 SESSION_KEY = pytest.StashKey["ExportSession"]()
+SPLIT_SETUP_TEARDOWN_LIMIT = 600  # seconds: pytest-split drops a longer setup or teardown (a frozen clock's, freezegun)
 
 
 def session_of(config: pytest.Config) -> ExportSession:
@@ -42,6 +43,8 @@ class ExportSession:
         self.pending: dict[str, dict[str, Any]] = {}  # marked cases whose setup ran (to report a crash)
         self.session_data: dict[str, Any] = {}
         self.baseline_messages: list[str] = []
+        self.durations: dict[str, float] = {}  # seconds per test id, as pytest-split's --store-durations counts them
+        self.deselected: set[str] = set()  # test ids something deselected (-k, tags, a conftest): never judged
         self._baseline = None
         self._torch_ready = False
         self._cuda: bool | None = None
@@ -155,7 +158,14 @@ class ExportSession:
 
     # ---- collecting results (controller side; under xdist the reports arrive from workers) ----
     @pytest.hookimpl
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        """-k, -m, --export-tags, a conftest, any plugin: these tests did not run, so their baseline entries are
+        neither stale nor pruned (issue #19)."""
+        self.deselected.update(item.nodeid for item in items)
+
+    @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.count_duration(report)
         marked = getattr(report, "export_case", None)
         if marked and report.when == "setup":
             self.pending[report.nodeid] = marked
@@ -176,6 +186,15 @@ class ExportSession:
                 error=f"{report.nodeid}: {why}: {text[-1] if text else ''}".rstrip(": "),
             ).to_json()
 
+    def count_duration(self, report: pytest.TestReport) -> None:
+        """A test's wall time as pytest-split records it in ``.test_durations`` (issue #19): its setup, call and
+        teardown reports' durations added up, leaving out a setup or teardown over ten minutes as it does."""
+        if not self.check or self.is_worker or report.duration < 0:
+            return
+        if report.when in ("setup", "teardown") and report.duration > SPLIT_SETUP_TEARDOWN_LIMIT:
+            return
+        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + report.duration
+
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """xdist: a worker finished; merge what it knows about torch (version, Core ATen ops, op facts)."""
@@ -187,6 +206,7 @@ class ExportSession:
         for key in ("torch", "core_ops"):
             if data.get(key) is not None:
                 self.session_data[key] = data[key]
+        self.deselected.update(data.get("deselected") or ())
         self.session_data.setdefault("op_facts", {}).update(data.get("op_facts") or {})
 
     def local_session_data(self) -> dict[str, Any]:
@@ -222,18 +242,25 @@ class ExportSession:
         if self.is_worker:
             if self.check:
                 # execnet sends builtin types only: anything else crashes the worker here, at session end
-                self.config.workeroutput["pytest_export"] = to_builtins(self.local_session_data())
+                data = self.local_session_data()
+                if self.deselected:  # xdist's controller collects nothing: only its workers see deselection
+                    data["deselected"] = sorted(self.deselected)
+                self.config.workeroutput["pytest_export"] = to_builtins(data)
             return
         if not self.check:
             return
         from . import report
 
         data = self.full_data()
+        for nodeid, seconds in self.durations.items():
+            if nodeid in self.cases:  # an item's first case carries its test id (a second export_check call: #2)
+                self.cases[nodeid]["duration"] = round(seconds, 6)
         cases = list(self.cases.values())
         if self.options.baseline:
             from .gate import finish
 
-            verdict = finish(self.baseline, cases, prune_scope(self.config, session), self.options)
+            verdict = finish(self.baseline, cases, prune_scope(self.config, session), self.options,
+                             excluded=self.deselected)
             if verdict.updated is not None:
                 report.write_baseline(self.options.baseline, verdict.updated)
             self.baseline_messages += verdict.messages
@@ -308,9 +335,11 @@ def to_builtins(value: Any, where: str = "workeroutput") -> Any:
 
 def prune_scope(config: pytest.Config, session: pytest.Session) -> list[str] | None:
     """Rootdir-relative folders that ran whole, or None for a subset run (``-k``, ``-m``, a file, a test id,
-    ``--export-tags``, ``--lf``, a run stopped early): the baseline prunes only inside them."""
+    ``--export-tags``, ``--lf``, a run stopped early, a shard of pytest-split): the baseline prunes only inside
+    them. A shard gates only what it ran: the other shards' entries are left to the merged report's gate
+    (``python -m pytest_export gate``), which sees them all."""
     opt = config.option
-    if (getattr(opt, "keyword", "") or getattr(opt, "markexpr", "") or getattr(opt, "deselect", None)
+    if ((getattr(opt, "splits", None) or 0) > 1 or getattr(opt, "keyword", "") or getattr(opt, "markexpr", "") or getattr(opt, "deselect", None)
             or getattr(opt, "lf", False) or getattr(opt, "stepwise", False) or getattr(opt, "maxfail", 0)
             or config.getoption("export_tags") or config.getini("export_tags") or session.shouldstop
             or session.shouldfail):

@@ -7,8 +7,6 @@ from __future__ import annotations
 import itertools
 import threading
 
-import pytest
-
 import torch
 
 import pytest_export

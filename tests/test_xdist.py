@@ -51,7 +51,7 @@ def _normalized(data):
     out = []
     for case in data["cases"]:
         stages = {n: {k: v for k, v in s.items() if not _timing(k)} for n, s in case["stages"].items()}
-        out.append({**case, "stages": stages})
+        out.append({**{k: v for k, v in case.items() if not _timing(k)}, "stages": stages})
     return out
 
 

@@ -1,0 +1,268 @@
+"""python -m pytest_export gate|durations on hand-written reports and baselines (fast; no torch, no pytest run).
+
+Each rule of the in-run gate is planted in a report's case dicts and must come out of the command with the in-run
+gate's text and exit status; the end-to-end equality with a real unsharded run is in ``test_shards.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pytest_export import baseline as bl
+from pytest_export.__main__ import main
+
+SIG = "mismatch"
+XPASS = "XPASS(strict): expected to fail (planted) but passed; remove the xfail entry"  # as the runner words it
+
+
+def case(nodeid: str, outcome: str = "passed", non_core: tuple[str, ...] = (), **stages: str) -> dict:
+    """A report's case dict: ``compare="failed"`` gives that stage that status (failed ones with a signature)."""
+    out = {"nodeid": nodeid, "outcome": outcome, "stages": {}}
+    for name, status in stages.items():
+        out["stages"][name] = {"status": status, "message": f"{name}: planted {status}", "duration": 0.1}
+        if status == "failed":
+            out["stages"][name]["signature"] = SIG
+        if status == "xpassed":
+            out["stages"][name]["message"] = XPASS
+    out["stages"]["decomp"] = {"status": "passed", "non_core": list(non_core)}
+    return out
+
+
+def write(tmp_path, cases, failures=None, non_core_ops=None, version=2):
+    (tmp_path / "report.json").write_text(json.dumps({"version": 1, "torch": "2.13.0+cpu", "cases": cases}))
+    (tmp_path / "baseline.json").write_text(json.dumps({"version": version, "failures": failures or {},
+                                                        "non_core_ops": non_core_ops or {}}))
+
+
+def gate(tmp_path, capsys, *args):
+    rc = main(["gate", str(tmp_path / "report.json"), "--baseline", str(tmp_path / "baseline.json"), *args])
+    out, err = capsys.readouterr()
+    return rc, out.splitlines(), err
+
+
+KNOWN = {"t.py::broken": {"compare": {"reason": "planted", "signature": SIG}}}
+BN = "aten._native_batch_norm_legit_functional.default"
+
+
+@pytest.mark.parametrize("cases, failures, ops, rc, lines", [
+    # known failures and known non-core ops: nothing to say
+    ([case("t.py::ok", export="passed"), case("t.py::broken", "failed", compare="failed"),
+      case("t.py::bn", non_core=(BN,), export="passed")], KNOWN, {BN: ["t.py::bn"]}, 0,
+     ["gate passed: nothing new or stale, 1 known failure; 3 cases of {report} against the baseline {baseline}"]),
+    # a failure the baseline does not list
+    ([case("t.py::ok", "failed", compare="failed")], {}, {}, 1,
+     ["new: t.py::ok: new failure in compare", "gate failed: 1 case with a new failure or non-core op; 1 case of "
+      "{report} against the baseline {baseline}"]),
+    # a listed stage that fails differently
+    ([case("t.py::broken", "failed", compare="failed")],
+     {"t.py::broken": {"compare": {"reason": "old", "signature": "GuardOnDataDependentSymNode"}}}, {}, 1,
+     ["new: t.py::broken: new failure in compare (different failure than the baseline's: was "
+      "GuardOnDataDependentSymNode, now mismatch)"]),
+    # a non-core op the baseline does not list
+    ([case("t.py::bn", non_core=(BN,), export="passed")], {}, {}, 1, [f"new: t.py::bn: new non-core op {BN}"]),
+    # errors are never expected, listed or not
+    ([case("t.py::broken", "failed", compare="error")], KNOWN, {}, 1,
+     ["error (never baselined): t.py::broken [compare]: the harness could not decide; fix what stopped it and rerun"]),
+    ([{"nodeid": "t.py::crashed", "outcome": "error", "stages": {}, "error": "the worker running it crashed"}], {}, {},
+     1, ["error (never baselined): t.py::crashed [case]: the harness could not decide; fix what stopped it and rerun",
+         "gate failed: 1 error; 1 case of {report} against the baseline {baseline}"]),
+    # a listed stage that passes now
+    ([case("t.py::broken", compare="passed")], KNOWN, {}, 1,
+     ["stale: remove it: t.py::broken [compare]: passes now"]),
+    # entries of a case that ran on no shard, and an op no case carries
+    ([case("t.py::ok", export="passed")], {**KNOWN, "t.py::gone": {"serde": {"reason": "r"}}}, {BN: ["t.py::gone"]}, 1,
+     ["stale: remove it: t.py::broken [compare]: the case did not run (removed or renamed?)",
+      "stale: remove it: t.py::gone [serde]: the case did not run (removed or renamed?)",
+      f"stale: remove it: non-core op {BN}: no case carries it after decomposition any more",
+      "gate failed: 3 stale entries; 1 case of {report} against the baseline {baseline}"]),
+    # a strict XPASS fails its test in the run; no baseline line names it, so the gate says it
+    ([case("t.py::xp", "failed", compare="xpassed")], {}, {}, 1,
+     [f"failed: t.py::xp [compare]: xpassed: {XPASS}",
+      "gate failed: 1 other failing case; 1 case of {report} against the baseline {baseline}"]),
+])
+def test_each_rule_of_the_in_run_gate(tmp_path, capsys, cases, failures, ops, rc, lines):
+    write(tmp_path, cases, failures, ops)
+    got, out, err = gate(tmp_path, capsys)
+    assert got == rc, out
+    assert out[0] == f"export baseline {tmp_path / 'baseline.json'}"
+    for line in lines:
+        assert line.format(report=tmp_path / "report.json", baseline=tmp_path / "baseline.json") in out, out
+    assert not err
+
+
+def test_the_gate_lines_are_the_in_run_gates(tmp_path, capsys):
+    """Every line before the verdict is one ``gate.finish`` writes at the end of a run over the same judged cases."""
+    from pytest_export.gate import finish, judge
+    from pytest_export.options import SessionOptions
+    from pytest_export.results import CaseResult
+
+    cases = [case("t.py::new", "failed", compare="failed"), case("t.py::broken", compare="passed"),
+             case("t.py::bn", non_core=(BN,), export="passed")]
+    failures = {**KNOWN, "t.py::gone": {"serde": {"reason": "r"}}}
+    write(tmp_path, cases, failures)
+    rc, out, _ = gate(tmp_path, capsys)
+    base = bl.Baseline({n: dict(s) for n, s in failures.items()})
+    options = SessionOptions(check=True, baseline="baseline.json")
+    judged = []
+    for c in sorted(cases, key=lambda c: c["nodeid"]):  # as the items of a run (items.settle -> gate.judge) ...
+        r = CaseResult.from_json(c)
+        judge(r, base, options)
+        judged.append(r.to_json())
+    assert rc == 1  # ... then the session's end, over the whole suite
+    assert out[1:-1] == finish(base, judged, [""], options).messages
+
+
+def test_warn_stale_passes_with_warnings_but_never_hides_new_failures(tmp_path, capsys):
+    write(tmp_path, [case("t.py::broken", compare="passed")], KNOWN)
+    rc, out, _ = gate(tmp_path, capsys, "--warn-stale")
+    assert rc == 0
+    assert out[1:] == ["stale (warning): t.py::broken [compare]: passes now",
+                       f"gate passed: 1 stale entry (a warning), 0 known failures; 1 case of "
+                       f"{tmp_path / 'report.json'} against the baseline {tmp_path / 'baseline.json'}"]
+    write(tmp_path, [case("t.py::broken", compare="passed"), case("t.py::new", "failed", compare="failed")], KNOWN)
+    rc, out, _ = gate(tmp_path, capsys, "--warn-stale")
+    assert rc == 1 and "new: t.py::new: new failure in compare" in out
+
+
+def test_a_verdict_from_a_shards_run_is_judged_again(tmp_path, capsys):
+    """The case's ``baseline`` field says what its shard's gate found against the shard's baseline; the command
+    judges the case against the baseline it is given."""
+    c = case("t.py::broken", "failed", compare="failed")
+    c["baseline"] = {"new": {"compare": "not in the baseline then"}}
+    write(tmp_path, [c], KNOWN)
+    rc, out, _ = gate(tmp_path, capsys)
+    assert rc == 0 and not any(line.startswith("new: ") for line in out), out
+
+
+EMPTY = '{"version": 1, "cases": []}'
+
+
+@pytest.mark.parametrize("report, baseline, message", [
+    (None, "{}", "report.json: no such report; write it with pytest --export-check --export-report PATH, or merge "
+                 "the shards' reports with python -m pytest_export merge"),
+    ('{"cases": 3}', "{}", "report.json: not a pytest-export report"),
+    ("{not json", "{}", "report.json: Expecting property name"),
+    ('{"version": 1, "cases": [{"outcome": "passed"}]}', "{}", 'report.json: cases[0] is not a case (an object with '
+                                                               'a "nodeid"); write it with pytest --export-check'),
+    ('{"version": 1, "cases": [{"nodeid": "t.py::a", "stages": {"export": "passed"}}]}', "{}",
+     'cases[0] (t.py::a): "stages" must map a stage to an object with a "status"'),
+    (EMPTY, None, "--baseline {baseline}: no such file; create it with --export-baseline-update"),
+    (EMPTY, "{not json", "--baseline {baseline}: not readable JSON"),
+    (EMPTY, '{"version": 7}', '--baseline {baseline}: expected a JSON object with "version": 2'),
+])
+def test_a_missing_or_malformed_file_is_a_usage_error(tmp_path, capsys, report, baseline, message):
+    if report is not None:
+        (tmp_path / "report.json").write_text(report)
+    if baseline is not None:
+        (tmp_path / "baseline.json").write_text(baseline)
+    with pytest.raises(SystemExit) as exc:  # a report that cannot be read exits at once; the baseline's reader returns
+        raise SystemExit(main(["gate", str(tmp_path / "report.json"), "--baseline", str(tmp_path / "baseline.json")]))
+    assert exc.value.code == 4
+    err = capsys.readouterr().err
+    assert message.format(baseline=tmp_path / "baseline.json") in err, err
+
+
+def test_markdown_for_the_job_page(tmp_path, capsys, monkeypatch):
+    write(tmp_path, [case("t.py::new", "failed", compare="failed")], {})
+    md = tmp_path / "summary.md"
+    assert gate(tmp_path, capsys, "--markdown", str(md))[0] == 1
+    text = md.read_text()
+    assert text.startswith("### torch.export check: 1 cases, 1 failing (torch 2.13.0+cpu)")
+    assert "- new: t.py::new: new failure in compare\n- gate failed: 1 case with a new failure" in text
+    # like --export-summary-md: by default appended to $GITHUB_STEP_SUMMARY, and never replacing what is there
+    step = tmp_path / "step.md"
+    step.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    gate(tmp_path, capsys)
+    assert step.read_text().startswith("earlier step\n### torch.export check")
+    gate(tmp_path, capsys, "--markdown", str(step))
+    assert step.read_text().count("### torch.export check") == 2
+    gate(tmp_path, capsys, "--markdown", str(md))  # another file: written, and the job page is left alone
+    assert step.read_text().count("### torch.export check") == 2 and md.read_text() == text
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY")
+    md.unlink()
+    gate(tmp_path, capsys)
+    assert not md.exists()
+
+
+def test_entry_point_exit_statuses_and_no_torch(tmp_path):
+    write(tmp_path, [case("t.py::broken", "failed", compare="failed")], KNOWN)
+    # the gate job installs the package alone (--no-deps): the report commands import neither torch nor pytest
+    code = ("import sys; from pytest_export.__main__ import main; rc = main(sys.argv[1:]); "
+            "print(any(m.split('.')[0] in ('torch', 'pytest', '_pytest') for m in sys.modules)); sys.exit(rc)")
+    argv = ["gate", str(tmp_path / "report.json"), "--baseline", str(tmp_path / "baseline.json")]
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "False", r.stdout + r.stderr
+    (tmp_path / "baseline.json").write_text('{"version": 2}')
+    r = subprocess.run([sys.executable, "-m", "pytest_export", *argv], capture_output=True, text=True)
+    assert r.returncode == 1 and "new: t.py::broken: new failure in compare" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "pytest_export", *argv[:2], "--baseline", str(tmp_path / "none.json")],
+                       capture_output=True, text=True)
+    assert r.returncode == 4 and "none.json: no such file" in r.stderr
+
+
+# ---- durations ----------------------------------------------------------------------------------------
+
+def report_with(path, durations):
+    cases = [{"nodeid": n, "outcome": "passed", "stages": {}, **({} if d is None else {"duration": d})}
+             for n, d in durations.items()]
+    path.write_text(json.dumps({"version": 1, "torch": "2.13.0+cpu", "cases": cases}))
+    return str(path)
+
+
+def test_durations_are_written_in_pytest_splits_format(tmp_path, capsys):
+    a = report_with(tmp_path / "shard-1.json", {"t.py::b": 2.5, "t.py::a": 0.25, "t.py::a#2": None})
+    b = report_with(tmp_path / "shard-2.json", {"t.py::c[strict-cpu]": 1.0})
+    out = tmp_path / ".test_durations"
+    assert main(["durations", a, b, "-o", str(out)]) == 0
+    assert "wrote the durations of 3 cases to" in capsys.readouterr().out
+    expected = {"t.py::a": 0.25, "t.py::b": 2.5, "t.py::c[strict-cpu]": 1.0}
+    # what pytest-split's --store-durations writes: json.dump(durations, f, sort_keys=True, indent=4)
+    assert out.read_text() == json.dumps(expected, sort_keys=True, indent=4) + "\n"
+
+
+def test_durations_merge_into_the_file_as_pytest_split_does(tmp_path, capsys):
+    out = tmp_path / ".test_durations"
+    out.write_text(json.dumps({"t.py::a": 9.0, "t.py::plain_test": 0.5}))  # a test that is no export case stays
+    assert main(["durations", report_with(tmp_path / "r.json", {"t.py::a": 1.0}), "-o", str(out)]) == 0
+    assert json.loads(out.read_text()) == {"t.py::a": 1.0, "t.py::plain_test": 0.5}
+    assert "(kept 1 other test it had)" in capsys.readouterr().out
+    out.write_text(json.dumps([["t.py::old", 3.0]]))  # pytest-split's older list of pairs, read as it reads it
+    assert main(["durations", str(tmp_path / "r.json"), "-o", str(out)]) == 0
+    assert json.loads(out.read_text()) == {"t.py::a": 1.0, "t.py::old": 3.0}
+    out.write_text('"junk"')
+    assert main(["durations", str(tmp_path / "r.json"), "-o", str(out)]) == 1
+    assert "not a pytest-split durations file" in capsys.readouterr().err
+    assert out.read_text() == '"junk"'  # left as it was
+
+
+def test_durations_of_a_report_without_them_warn(tmp_path, capsys):
+    out = tmp_path / ".test_durations"
+    assert main(["durations", report_with(tmp_path / "old.json", {"t.py::a": None}), "-o", str(out)]) == 0
+    assert "old.json: no case has a duration" in capsys.readouterr().err
+    assert json.loads(out.read_text()) == {}
+
+
+def test_the_readmes_commands_are_the_commands():
+    """Every ``python -m pytest_export`` line of the README (the CI matrix of "Many machines" included) parses."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from pytest_export.__main__ import make_parser
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    code = "\n".join(re.findall(r"```(?:bash|yaml)\n(.*?)```", readme, re.S))
+    lines = re.findall(r"python -m pytest_export (.*?)(?:  #.*)?$", code, re.M)
+    commands = {}
+    for line in lines:
+        argv = shlex.split(line)
+        commands.setdefault(argv[0], []).append(make_parser().parse_args(argv))
+    assert set(commands) == {"merge", "show", "diff", "gate", "durations"}, lines
+    matrix = readme.split("### Many machines", 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
+    assert "--markdown \"$GITHUB_STEP_SUMMARY\"" in matrix and "durations report.json -o .test_durations" in matrix
+    assert "--splits 3 --group ${{ matrix.group }}" in matrix and "Measured:" in matrix
