@@ -265,4 +265,4 @@ def test_the_readmes_commands_are_the_commands():
     assert set(commands) == {"merge", "show", "diff", "gate", "durations"}, lines
     matrix = readme.split("### Many machines", 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
     assert "--markdown \"$GITHUB_STEP_SUMMARY\"" in matrix and "durations report.json -o .test_durations" in matrix
-    assert "--splits 3 --group ${{ matrix.group }}" in matrix and "Measured:" in matrix
+    assert "--splits 3 --group ${{ matrix.group }}" in matrix and "| 3 shards, `-n 1` each |" in matrix
