@@ -36,6 +36,16 @@ class Shortcut(torch.nn.Module):
 '''
 """A forward that computes something else while exporting (and, with FIXED set, always): ``compare`` fails."""
 
+LIN = '''
+class Lin(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(3, 3)
+    def forward(self, x):
+        return self.l(x)
+'''
+"""A one-layer model (seed the weights in the case)."""
+
 
 
 def write_cases(pytester, body: str, name: str = "test_cases") -> Path:

@@ -7,17 +7,10 @@ import json
 import pytest
 
 from pytest_export import baseline as bl
-from tests.helpers import HANGS, SHORTCUT, write_cases
+from tests.helpers import HANGS, LIN, SHORTCUT, write_cases
 
 CASES = '''
-''' + SHORTCUT + '''
-
-class Lin(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l = torch.nn.Linear(3, 3)
-    def forward(self, x):
-        return self.l(x)
+''' + SHORTCUT + LIN + '''
 
 @pytest.mark.exportable
 def test_broken():

@@ -11,16 +11,9 @@ from pytest_export import baseline as bl
 from pytest_export.__main__ import main
 from pytest_export.gate import judge_report
 from pytest_export.options import SessionOptions
-from tests.helpers import SHORTCUT, write_cases
+from tests.helpers import LIN, SHORTCUT, write_cases
 
-CASES = SHORTCUT + '''
-
-class Lin(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l = torch.nn.Linear(3, 3)
-    def forward(self, x):
-        return self.l(x)
+CASES = SHORTCUT + LIN + '''
 
 @pytest.mark.exportable
 def test_relu():
