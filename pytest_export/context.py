@@ -171,7 +171,9 @@ class Context:
         """
         try:
             got = self.program_on(ep, self.case.args, self.case.kwargs)
-        except Exception as exc:
+        except HarnessError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - what the program does with the example is the finding
             raise StageFailure(f"the {label} program raised on the example inputs: {describe_exception(exc)}",
                                kind="raised", exception=type(exc).__name__)
         against, expected = "eager", None

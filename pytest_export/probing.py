@@ -12,6 +12,7 @@ from .audit import FuzzModel
 from .compare import Mismatch
 from .context import Context
 from .observe import Observation, compare_observations
+from .results import HarnessError
 from .strategies import build_inputs
 from .util import describe_exception
 
@@ -31,6 +32,8 @@ class Verdict:
 def run_program(ctx: Context, ep: Any, args: tuple, kwargs: dict) -> Verdict:
     try:
         return Verdict(ACCEPTED, observation=ctx.program_on(ep, args, kwargs))
+    except HarnessError:
+        raise  # the harness could not run the probe: `error`, never a refusal blamed on the program
     except Exception as exc:  # noqa: BLE001 - what the program does with an input is the finding
         text = describe_exception(exc, 600)
         refused = isinstance(exc, (AssertionError, RuntimeError, ValueError)) and any(r in str(exc) for r in _REFUSALS)
@@ -40,7 +43,9 @@ def run_program(ctx: Context, ep: Any, args: tuple, kwargs: dict) -> Verdict:
 def run_eager(ctx: Context, args: tuple, kwargs: dict) -> Verdict:
     try:
         return Verdict(ACCEPTED, observation=ctx.eager_on(args, kwargs))
-    except Exception as exc:  # noqa: BLE001
+    except HarnessError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - what eager does with an input is the finding
         return Verdict(RAISED, describe_exception(exc, 600))
 
 

@@ -398,3 +398,47 @@ def test_a_forward_whose_result_follows_its_call_count_names_the_attribute():
     assert "forward changes Python attribute `calls` (was 0, now 1) on every call, and the second call saw the " \
            "first call's value" in eager.message
     assert model.calls == 0
+
+
+def test_a_harness_error_while_probing_is_an_error_not_a_refusal(monkeypatch):
+    # the harness cannot run the program at one probe's sizes: guards and fuzz could not decide (`error`); the
+    # program refused nothing and is not blamed
+    from pytest_export import context
+    from pytest_export.results import HarnessError
+
+    real = context.Context.program_on
+
+    def program_on(self, ep, args, kwargs):
+        if args[0].shape[0] != 4:
+            raise HarnessError("cannot run this probe")
+        return real(self, ep, args, kwargs)
+
+    monkeypatch.setattr(context.Context, "program_on", program_on)
+    result = pytest_export.check(torch.nn.ReLU(), (torch.randn(4, 3),), name="probe.py::test_probe",
+                                 dynamic_shapes={"input": {0: torch.export.Dim("b", min=2, max=8)}}, examples=5)
+    assert result.stages["compare"].status == "passed"
+    assert result.stages["guards"].status == "error", result.stages["guards"]
+    assert "cannot run this probe" in result.stages["guards"].message
+    assert result.stages["fuzz"].status == "error", result.stages["fuzz"]
+
+
+SMOKE_UNREADABLE = '''
+@pytest.fixture(autouse=True)
+def _unreadable(monkeypatch):
+    from pytest_export import declaration
+    def boom(*a, **k):
+        raise KeyError("harness bug")
+    monkeypatch.setattr(declaration, "parse", boom)
+
+@pytest.mark.exportable(dynamic_shapes={"input": {0: Dim("b", max=8)}})
+def test_relu():
+    return torch.nn.ReLU(), (torch.randn(4, 3),)
+'''
+
+
+def test_smoke_mode_says_when_it_could_not_read_the_declaration(pytester):
+    write_cases(pytester, SMOKE_UNREADABLE)
+    result = pytester.runpytest("-p", "no:cacheprovider")  # no --export-check
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*ExportWarning: test_cases.py::test_relu: dynamic_shapes not checked: the harness "
+                                 "could not read the declaration (KeyError: *harness bug*)*"])

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..compare import Mismatch
 from ..context import Context, Stage, StageFailure
+from ..results import HarnessError
 from ..observe import compare_observations, python_change_text
 from ..util import describe_exception
 
@@ -20,7 +21,9 @@ def run(ctx: Context) -> dict[str, Any]:
     """The eager forward itself: it must run, and give the same result twice (else nothing can be compared)."""
     try:
         first = ctx.reference()
-    except Exception as exc:
+    except HarnessError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - what forward raises is the model's
         raise StageFailure(
             f"eager forward raised on the example inputs (a bug in the model or its inputs, not in export): "
             f"{describe_exception(exc)}", kind="raised", exception=type(exc).__name__,
@@ -28,7 +31,9 @@ def run(ctx: Context) -> dict[str, Any]:
     ctx.usable.add("eager")  # forward runs: export can be tried whatever the comparison below finds
     try:
         second = ctx.eager_on(ctx.case.args, ctx.case.kwargs)
-    except Exception as exc:
+    except HarnessError:
+        raise
+    except Exception as exc:  # noqa: BLE001
         raise StageFailure(f"eager forward raised on its second call with the same inputs (the first call "
                            f"worked): {describe_exception(exc)}", kind="raised", exception=type(exc).__name__)
     repeated = {c["path"] for c in second.python_per_call}
