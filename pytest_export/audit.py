@@ -97,7 +97,9 @@ def _expr(v: Any) -> Any:
     return int(v)
 
 
-def _range_of(ep: Any, e: Any) -> tuple[int, int | None] | None:
+def kept_range(ep: Any, e: Any) -> tuple[int, int | None] | None:
+    """What ``ep``'s range constraints keep for symbol or expression ``e``: ``(lo, hi)``, ``hi`` None for no
+    bound; None where it has no constraint for it."""
     vr = ep.range_constraints.get(e)
     if vr is None:
         return None
@@ -151,8 +153,8 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
             continue
         free = sorted(e.free_symbols, key=str)
         sym = free[0] if len(free) == 1 else None
-        achieved = _range_of(ep, sym) if sym is not None else None
-        axis_range = _range_of(ep, e)
+        achieved = kept_range(ep, sym) if sym is not None else None
+        axis_range = kept_range(ep, e)
         row.update(achieved=str(e), achieved_range=list(achieved) if achieved else
                    (list(axis_range) if axis_range else None))
         status = KEPT
@@ -267,4 +269,4 @@ def _solve(e: Any, sym: Any, size: int) -> int | None:
     return ints[0] if ints else None
 
 
-__all__ = ["audit", "Audit", "FuzzModel", "Var", "KEPT", "NARROWED", "SPECIALIZED", "REFUSED_IN_RANGE"]
+__all__ = ["audit", "kept_range", "Audit", "FuzzModel", "Var", "KEPT", "NARROWED", "SPECIALIZED", "REFUSED_IN_RANGE"]

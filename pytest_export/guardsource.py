@@ -8,21 +8,19 @@ exported program keeps the environment alive through the symbolic sizes of its p
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any
 
-_TORCH_DIR: str | None = None
 INSIDE_TORCH = "inside torch"
 
 
+@functools.cache
 def _torch_dir() -> str:
-    global _TORCH_DIR
-    if _TORCH_DIR is None:
-        import torch
+    import torch
 
-        _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-    return _TORCH_DIR
+    return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
 def shape_env_of(ep: Any) -> Any:
@@ -80,16 +78,6 @@ def source_of(guard: Any) -> str:
     return "(no source recorded)"
 
 
-def kept_range(ep: Any, symbol: str) -> tuple[int, int | None] | None:
-    """What ``ep`` accepts for ``symbol`` by its range constraints: ``(lo, hi)``, ``hi`` None for no bound."""
-    for key, vr in getattr(ep, "range_constraints", {}).items():
-        if str(key) == symbol:
-            lo, hi = vr.lower, vr.upper
-            return (int(lo) if getattr(lo, "is_finite", True) else 0,
-                    int(hi) if getattr(hi, "is_finite", False) else None)
-    return None
-
-
 def refusing_guards(ep: Any, symbol: str, value: int, limit: int = 3) -> list[str]:
     """The guards of ``ep``'s export that fail when ``symbol`` takes ``value`` (the other symbols at their
     example values), each as ``"`guard` from SOURCE"``; at most ``limit``. Empty where torch kept no record.
@@ -136,4 +124,4 @@ def _refusing_guards(ep: Any, symbol: str, value: int, limit: int) -> list[str]:
     return out
 
 
-__all__ = ["INSIDE_TORCH", "shape_env_of", "source_of", "refusing_guards", "kept_range"]
+__all__ = ["INSIDE_TORCH", "shape_env_of", "source_of", "refusing_guards"]

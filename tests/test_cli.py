@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from pytest_export.__main__ import main
-from tests.helpers import run_check, write_cases
+from tests.helpers import LIN, run_check, write_cases
 
 CASES = '''
 import os
@@ -18,14 +18,7 @@ class Shortcut(torch.nn.Module):
         if torch.compiler.is_exporting() and not os.environ.get("FIXED"):
             return x * 2
         return x + x + (0 if os.environ.get("FIXED") else 1e-3)
-
-class Lin(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l = torch.nn.Linear(3, 3)
-    def forward(self, x):
-        return self.l(x)
-
+''' + LIN + '''
 @pytest.mark.exportable
 def test_shortcut():
     return Shortcut(), (torch.ones(3),)

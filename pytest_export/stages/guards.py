@@ -19,7 +19,8 @@ import re
 from typing import Any
 
 from ..context import Context, Stage, StageFailure
-from ..guardsource import kept_range, refusing_guards
+from ..audit import kept_range
+from ..guardsource import refusing_guards
 from ..util import plural
 from ..probing import (ACCEPTED, RAISED, has_small_size, in_range_probes, in_range_problem, mismatch,
                        out_of_range_probes, probe_inputs, run_eager, run_program)
@@ -145,7 +146,7 @@ def suggested_fix(ctx: Context, model: Any, refused: dict[str, list[tuple[int, s
         above = [x for x, _ in bad if x > v.example]
         lo = min((x for x in ok if x > max(below)), default=v.example) if below else v.lo
         hi = max((x for x in ok if x < min(above)), default=v.example) if above else (None if v.unbounded else v.hi)
-        kept = kept_range(ctx.ep, v.symbol)  # the program's own bounds, where they sit between the probes
+        kept = kept_range(ctx.ep, model.symbols[v.symbol])  # the program's own bounds, where they sit between the probes
         if kept and below and max(below) < kept[0] < lo:
             lo = kept[0]
         if kept and above and kept[1] is not None and hi is not None and hi < kept[1] < min(above):
