@@ -22,6 +22,7 @@ from .modstate import StateKeeper
 from .observe import Observation, compare_observations, observe
 from .options import CaseOptions, UsageError
 from .results import FAILED, XFAILED, CaseResult, HarnessError
+from .torchlog import quiet_fake_logs
 from .util import describe_exception
 
 
@@ -94,6 +95,63 @@ class Context:
         self.usable: set[str] = set()
         self.python_changes: list[dict[str, Any]] = []  # what eager forward changed in the module's Python state
         self.eager_rejects: list[str] = []  # sizes 0/1 inside the promise where eager itself raises (no failure)
+        self._fake_mode = None
+        self._costs = None
+        self.checking_since: float | None = None  # when export ended: the budget counts from here
+
+    # what probes cost (issue #23) ----------------------------------------------------------------
+    def fake_mode(self):
+        """One ``FakeTensorMode`` per case (real parameters allowed), so constants convert once."""
+        if self._fake_mode is None:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        return self._fake_mode
+
+    def costs(self):
+        """The case's ``cost.Costs``, calibrated on first use: the example counted with fake tensors, and once
+        with real ones (its time and the peak of its live tensors)."""
+        if self._costs is None:
+            import time
+
+            from .cost import Costs, counted, default_max_memory, input_bytes
+
+            costs = Costs(self.options.max_memory or default_max_memory(), self.options.budget)
+            if self.checking_since is not None:
+                costs.started = self.checking_since
+            args, kwargs = self.case.args, self.case.kwargs
+            nbytes = input_bytes((args, kwargs))
+            with counted(nbytes) as real:
+                self.eager_on(args, kwargs)  # the example's real peak
+            t0 = time.perf_counter()
+            self.eager_on(args, kwargs)  # timed without the counters' own overhead
+            seconds = time.perf_counter() - t0
+            try:
+                mode = self.fake_mode()
+                fargs, fkwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (tuple(args), dict(kwargs)))
+                _, example = self.eager_counted(fargs, fkwargs)
+            except Exception as exc:  # noqa: BLE001 - fake tensors cannot run this model: numerics only
+                costs.fake_problem = describe_exception(exc, 300).splitlines()[0]
+                example = real
+            example.seconds, example.inputs = max(seconds, 1e-4), nbytes
+            costs.example, costs.real_peak = example, real.peak
+            self._costs = costs
+        return self._costs
+
+    def coverage(self) -> dict[str, Any] | None:
+        """How far each declared dim was checked, by shape and by numerics (None where nothing was probed)."""
+        if self._costs is None or not self._costs.coverage and not self._costs.fake_problem:
+            return None
+        return self._costs.to_dict()
+
+    def eager_counted(self, args: tuple, kwargs: dict):
+        """Eager on fake inputs, counted: (its ``Observation``, its ``cost.Measure``)."""
+        from .cost import counted, input_bytes
+
+        counter = counted(input_bytes((args, kwargs)), self.fake_mode())
+        with quiet_fake_logs():
+            obs = observe(self.case.module, self.case.module, args, kwargs, self.keeper, within=counter)
+        return obs, counter.measure
 
     # dynamic shapes ------------------------------------------------------------------------
     def audit(self):
@@ -159,9 +217,12 @@ class Context:
     def eager_on(self, args: tuple, kwargs: dict) -> Observation:
         return observe(self.case.module, self.case.module, args, kwargs, self.keeper)
 
-    def program_on(self, ep, args: tuple, kwargs: dict) -> Observation:
+    def program_on(self, ep, args: tuple, kwargs: dict, fake: bool = False) -> Observation:
         mod = self.module_of(ep)
-        return observe(mod, mod, args, kwargs, self.keeper)
+        if not fake:
+            return observe(mod, mod, args, kwargs, self.keeper)
+        with quiet_fake_logs():
+            return observe(mod, mod, args, kwargs, self.keeper, within=self.fake_mode())
 
     def check_program(self, ep, label: str) -> dict[str, float]:
         """The program against eager on the example inputs.

@@ -46,15 +46,17 @@ def seed_all(seed: int) -> None:
 
 
 def observe(module: Callable[..., Any], owner: torch.nn.Module, args: tuple, kwargs: dict,
-            keeper: StateKeeper | None = None) -> Observation:
+            keeper: StateKeeper | None = None, within: Any = None) -> Observation:
     """One forward call, seeded, on clones of the inputs, leaving no trace on ``owner`` (``keeper`` keeps its
     original state for the whole case; without one, for this call). Buffers forward did not write are the
-    originals, not copies."""
+    originals, not copies. ``within``: a context the call alone runs in (fake tensors, counting), while the
+    state is kept and put back outside it."""
     keeper = keeper or StateKeeper()
-    a, k = clone_inputs((args, kwargs))
     with keeper.around(owner) as record:
-        seed_all(RUN_SEED)
-        out = module(*a, **k)
+        with within if within is not None else contextlib.nullcontext():
+            a, k = clone_inputs((args, kwargs))
+            seed_all(RUN_SEED)
+            out = module(*a, **k)
         written, original = record["written"], record["original"]
         buffers = {n: b.detach().clone() if written(b) else original(b) for n, b in owner.named_buffers()}
     return Observation(out, (a, k), buffers, record.get("python_changes", []), record.get("python_per_call", []))
@@ -73,6 +75,32 @@ def compare_observations(actual: Observation, expected: Observation, options: Ca
     return {k: max(errs[k], in_errs[k], buf_errs[k]) for k in errs}
 
 
+def shape_mismatch(actual: Any, expected: Any, root: str = "output") -> str | None:
+    """How two output trees differ in structure, tensor shape or dtype (values are not compared: either side may
+    be fake tensors); None where they agree."""
+    a_leaves, a_spec = pytree.tree_flatten_with_path(actual)
+    e_leaves, e_spec = pytree.tree_flatten_with_path(expected)
+    if a_spec != e_spec:
+        a_keys = [pytree.keystr(k) for k, _ in a_leaves]
+        e_keys = [pytree.keystr(k) for k, _ in e_leaves]
+        if len(a_keys) != len(e_keys):
+            return (f"{root} structure differs: the program gives {len(a_keys)} leaves, eager {len(e_keys)} "
+                    f"(program: {', '.join(a_keys[:6]) or 'none'}; eager: {', '.join(e_keys[:6]) or 'none'})")
+        return f"{root} structure differs: the program gives {a_spec.type}, eager gives {e_spec.type}"
+    for (path, a), (_, e) in zip(a_leaves, e_leaves):
+        where = f"{root}{pytree.keystr(path)}"
+        if isinstance(a, torch.Tensor) != isinstance(e, torch.Tensor):
+            return f"{where}: the program gives {type(a).__name__}, eager gives {type(e).__name__}"
+        if isinstance(a, torch.Tensor):
+            if tuple(a.shape) != tuple(e.shape):
+                return f"{where}: shape {tuple(a.shape)} from the program, {tuple(e.shape)} from eager"
+            if a.dtype != e.dtype:
+                return f"{where}: dtype {a.dtype} from the program, {e.dtype} from eager"
+        elif isinstance(a, (int, float, bool, str)) and isinstance(e, (int, float, bool, str)) and a != e:
+            return f"{where}: {a!r} from the program, {e!r} from eager"
+    return None
+
+
 @contextlib.contextmanager
 def preserved_python_state(module: torch.nn.Module):
     """Plain Python attributes of the module tree as they were, after the block (export's tracing runs forward):
@@ -89,5 +117,5 @@ def python_change_text(change: dict[str, Any]) -> str:
     return f"`{change['path']}` (was {change['was']}, now {change['now']})"
 
 
-__all__ = ["Observation", "RUN_SEED", "clone_inputs", "seed_all", "observe", "compare_observations",
+__all__ = ["Observation", "RUN_SEED", "clone_inputs", "seed_all", "observe", "compare_observations", "shape_mismatch",
            "preserved_python_state", "python_change_text"]

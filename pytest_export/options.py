@@ -123,6 +123,16 @@ def _is_positive_int(v: Any) -> str | None:
     return None
 
 
+def _is_memory(v: Any) -> str | None:
+    from .cost import parse_memory
+
+    try:
+        parse_memory(v, "max_memory")
+    except ValueError:
+        return "must be a size such as \"4GB\", \"512MiB\" or a number of bytes, or None"
+    return None
+
+
 def _is_callable(v: Any) -> str | None:
     return None if v is None or callable(v) else "must be a callable or None"
 
@@ -189,6 +199,11 @@ KEYWORDS: dict[str, Keyword] = {
             "seconds `guards` and `fuzz` may spend together on this case; 0 lifts the limit (default: --export-budget)",
         ),
         Keyword(
+            "max_memory", _is_memory, "str such as '4GB' | int bytes | None", None,
+            "memory a numeric probe may use; larger sizes are checked with fake tensors only (default: "
+            "--export-max-memory)",
+        ),
+        Keyword(
             "max_size", _is_positive_int, "int | None", None,
             "cap for unbounded Dim maxima while fuzzing (default: --export-max-size)",
         ),
@@ -214,6 +229,7 @@ class SessionOptions:
     report: str | None = None
     timeout: float | None = None
     budget: float | None = 30.0  # --export-budget (None: no limit)
+    max_memory: int | None = None  # --export-max-memory in bytes (None: cost.default_max_memory())
     baseline: str | None = None
     baseline_update: bool = False
     baseline_warn_stale: bool = False
@@ -242,7 +258,8 @@ class CaseOptions:
     reproduce: str | None = None
     max_size: int = 64
     timeout: float | None = None
-    budget: float | None = 30.0  # seconds for guards + fuzz together (None: no limit)
+    budget: float | None = 30.0  # seconds for every check after export (None: no limit)
+    max_memory: int | None = None  # bytes a numeric probe may use (None: cost.default_max_memory())
     diagnose: bool = True
     preserve_module_call_signature: tuple[str, ...] = ()
     aoti: bool = False
@@ -291,7 +308,8 @@ def validate_keywords(where: str, args: tuple, kwargs: dict[str, Any]) -> dict[s
 def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
     """Marker keywords over session defaults."""
     opts = CaseOptions(core_aten=session.core_aten, examples=session.examples, max_size=session.max_size,
-                       timeout=session.timeout, budget=session.budget, diagnose=session.diagnose, aoti=session.aoti,
+                       timeout=session.timeout, budget=session.budget, max_memory=session.max_memory,
+                       diagnose=session.diagnose, aoti=session.aoti,
                        skip_stages=tuple(session.skip_stages))
     for key, value in kwargs.items():
         if key == "tags":
@@ -300,8 +318,12 @@ def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
             value = dict(value or {})
         elif key == "preserve_module_call_signature":
             value = tuple(value)
-        elif key in ("core_aten", "examples", "max_size", "timeout", "budget", "aoti") and value is None:
+        elif key in ("core_aten", "examples", "max_size", "timeout", "budget", "aoti", "max_memory") and value is None:
             continue
+        elif key == "max_memory":
+            from .cost import parse_memory
+
+            value = parse_memory(value, "max_memory")
         elif key == "budget":
             value = value or None  # budget=0: no limit
         setattr(opts, key, value)

@@ -1,6 +1,6 @@
 """Probing a program at chosen sizes: which inputs to try (in range, out of range, broken relations, wrong static
-sizes), and what the program did with one: accepted (with its result), refused by a guard, or raised. Shared by
-``guards``, ``fuzz``, ``retrace`` and ``aoti``.
+sizes), each one's ``sizing.Sized`` inputs (run ``fake`` or ``numeric`` as ``cost`` plans), and whether the program's
+verdict on an in-range size is right. Shared by ``guards``, ``fuzz``, ``retrace`` and ``aoti``.
 """
 
 from __future__ import annotations
@@ -9,53 +9,10 @@ import dataclasses
 from typing import Any
 
 from .audit import FuzzModel
-from .compare import Mismatch
 from .context import Context
-from .observe import Observation, compare_observations
-from .results import HarnessError
+from .sizing import (ACCEPTED, FAKE, NUMERIC, RAISED, REFUSED, UNCHECKED, Sized, Verdict, fake_limit, mismatch,
+                     plan_for, run_eager, run_program)
 from .strategies import build_inputs
-from .util import describe_exception
-
-ACCEPTED, REFUSED, RAISED = "accepted", "refused", "raised"
-
-_REFUSALS = ("Guard failed", "Expected input", "to be equal to", "to be <=", "to be >=", "is outside of",
-             "Dynamic shape constraint violation", "input_constraints")
-
-
-@dataclasses.dataclass
-class Verdict:
-    status: str
-    message: str = ""
-    observation: Observation | None = None
-
-
-def run_program(ctx: Context, ep: Any, args: tuple, kwargs: dict) -> Verdict:
-    try:
-        return Verdict(ACCEPTED, observation=ctx.program_on(ep, args, kwargs))
-    except HarnessError:
-        raise  # the harness could not run the probe: `error`, never a refusal blamed on the program
-    except Exception as exc:  # noqa: BLE001 - what the program does with an input is the finding
-        text = describe_exception(exc, 600)
-        refused = isinstance(exc, (AssertionError, RuntimeError, ValueError)) and any(r in str(exc) for r in _REFUSALS)
-        return Verdict(REFUSED if refused else RAISED, text.splitlines()[0] if refused else text)
-
-
-def run_eager(ctx: Context, args: tuple, kwargs: dict) -> Verdict:
-    try:
-        return Verdict(ACCEPTED, observation=ctx.eager_on(args, kwargs))
-    except HarnessError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - what eager does with an input is the finding
-        return Verdict(RAISED, describe_exception(exc, 600))
-
-
-def mismatch(ctx: Context, got: Observation, want: Observation) -> str | None:
-    try:
-        compare_observations(got, want, ctx.options)
-    except Mismatch as exc:
-        return str(exc)
-    return None
-
 
 def has_small_size(ctx: Context, model: Any, values: dict[str, int]) -> bool:
     """Whether a size assignment puts a declared-dynamic axis at 0 or 1 (where export's 0/1 specialization bites,
@@ -65,34 +22,40 @@ def has_small_size(ctx: Context, model: Any, values: dict[str, int]) -> bool:
                for flat, axes in sizes.items() for dim, size in axes.items() if dim is not None)
 
 
-def in_range_problem(ctx: Context, got: Verdict, args: tuple, kwargs: dict, at: str = "",
+def in_range_problem(ctx: Context, got: Verdict, inputs: Sized | tuple, kwargs: dict | None = None, at: str = "",
                      wrong: str | None = None, small: bool = False) -> str | None:
     """What is wrong with the program's verdict on an in-range input: refused or raised, eager raising
-    (the declaration promises more than the model supports), or an output unlike eager's; None if right.
+    (the declaration promises more than the model supports), or an output unlike eager's (values where the probe
+    ran numeric; structure, shape and dtype where it ran fake); None if right, or not checked.
 
     ``small``: the input puts a dynamic axis at size 0 or 1. Where eager itself raises there, it is not the
     program's fault: recorded in ``ctx.eager_rejects``, no failure (issue #18).
     """
+    if got.status == UNCHECKED:
+        return None
     where = f" {at}" if at else ""
+    how = " (fake tensors: shapes and guards)" if got.mode == FAKE else ""
     want: Verdict | None = None
     if got.status != ACCEPTED:
         if small:
-            want = run_eager(ctx, args, kwargs)
+            want = run_eager(ctx, inputs, kwargs)
             if want.status != ACCEPTED:
                 _eager_rejects(ctx, where, want)
                 return None
         what = "refused" if got.status == REFUSED else "raised on"
-        return f"the program {what} in-range sizes{where}: {got.message}"
-    want = run_eager(ctx, args, kwargs)
+        return f"the program {what} in-range sizes{where}{how}: {got.message}"
+    want = run_eager(ctx, inputs, kwargs)
+    if want.status == UNCHECKED:
+        return None
     if want.status != ACCEPTED:
         if small:
             _eager_rejects(ctx, where, want)
             return None
-        return (f"eager raised on in-range sizes{where} (the declared range is wider than the model supports, "
+        return (f"eager raised on in-range sizes{where}{how} (the declared range is wider than the model supports, "
                 f"or the case needs an input_builder): {want.message}")
-    bad = mismatch(ctx, got.observation, want.observation)
+    bad = mismatch(ctx, got.observation, want.observation, fake=FAKE in (got.mode, want.mode))
     if bad:
-        return f"{wrong or f'accepted but wrong at in-range sizes{where}'}:\n{bad}"
+        return f"{wrong or f'accepted but wrong at in-range sizes{where}'}{how}:\n{bad}"
     return None
 
 
@@ -130,15 +93,30 @@ def _describe(model: FuzzModel, values: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in named.items()) or "the example sizes"
 
 
+MAX_SPREAD_PROBES = 8  # powers of two across a range, per dim
+
+
+def spread(lo: int, hi: int, limit: int = MAX_SPREAD_PROBES) -> list[int]:
+    """Powers of two strictly inside ``(lo, hi)``, at most ``limit`` of them, evenly spaced in log scale."""
+    powers = [1 << k for k in range(1, 63) if lo < (1 << k) < hi]
+    if len(powers) <= limit:
+        return powers
+    step = (len(powers) - 1) / (limit - 1)
+    return sorted({powers[round(i * step)] for i in range(limit)})
+
+
 def in_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
+    """The boundaries (every dim at its min, at its max; each at min, min+1, max-1, max with the others at the
+    example), powers of two across each range, the largest size numerics can afford, size 0 where promised, and
+    the AdditionalInputs examples."""
     base = model.example_values()
     seen: list[dict[str, int]] = []
     out: list[Probe] = []
 
-    def add(values: dict[str, int]) -> None:
+    def add(values: dict[str, int], kind: str = "in-range") -> None:
         if values not in seen:
             seen.append(values)
-            out.append(Probe(_describe(model, values), values, {}, "in-range"))
+            out.append(Probe(_describe(model, values), values, {}, kind))
 
     add({v.symbol: v.lo for v in model.vars})
     add({v.symbol: v.hi for v in model.vars})
@@ -147,12 +125,49 @@ def in_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
             if v.lo <= size <= v.hi:
                 add({**base, v.symbol: size})
     for v in model.vars:
-        if v.zero:  # a declared min of 0: size 0 is in the promise (findings there are warnings)
+        for size in spread(v.lo, v.hi):
+            add({**base, v.symbol: size})
+        top = largest_numeric(ctx, model, v)
+        if top is not None:
+            add({**base, v.symbol: top})
+    for v in model.vars:
+        if v.zero:  # a declared min of 0: size 0 is in the promise (findings are warnings)
             values = {**base, v.symbol: 0}
             out.append(Probe(_describe(model, values), values, {}, "zero"))
     for args, kwargs in ctx.declaration.additional:
         out.append(Probe("an AdditionalInputs example", {}, {}, "additional", (tuple(args), dict(kwargs))))
     return out
+
+
+def largest_numeric(ctx: Context, model: FuzzModel, v: Any) -> int | None:
+    """The largest size of ``v`` (the others at the example's) whose numeric run the cost model affords, found by
+    bisection over fake runs; None where the example's own size is the largest, or the whole range is."""
+    base = model.example_values()
+
+    def numeric(size: int) -> bool:
+        plan = plan_for(ctx, sized(ctx, model, {**base, v.symbol: size}, record=False))
+        return plan.mode == NUMERIC
+
+    if numeric(v.hi):
+        return None  # the max itself runs numeric: the boundaries cover it
+    lo, hi = v.example, v.hi  # numeric(lo) holds (the example ran), numeric(hi) does not
+    if lo >= hi or not numeric(lo):
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if numeric(mid) else (lo, mid)
+    return lo if lo != v.example else None
+
+
+def sized(ctx: Context, model: FuzzModel, values: dict[str, int], probe: Probe | None = None, *,
+          record: bool = True, seed: int = 0) -> Sized:
+    """The ``Sized`` inputs of a probe (or of bare size values, as fuzz draws them)."""
+    if probe is None:
+        return Sized(ctx, model, values, label=_describe(model, values), builder=ctx.options.input_builder,
+                     seed=seed or PROBE_SEED, in_range=record)
+    return Sized(ctx, model, probe.values, label=probe.description, override=probe.override, given=probe.inputs,
+                 builder=ctx.options.input_builder if probe.in_range else None, seed=PROBE_SEED,
+                 in_range=record and probe.in_range and probe.kind != "additional")
 
 
 def out_of_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
@@ -209,23 +224,25 @@ def probe_inputs(ctx: Context, model: FuzzModel, probe: Probe, builder: Any = No
     return build_inputs(model, probe.values, ctx.case.args, ctx.case.kwargs, PROBE_SEED, override=probe.override)
 
 
-def in_range_inputs(ctx: Context) -> list[tuple[dict[str, int], tuple, dict]]:
-    """Boundary sizes inside the declared-and-kept ranges, as (sizes by name, args, kwargs)."""
+def in_range_inputs(ctx: Context) -> list[tuple[dict[str, int], Sized]]:
+    """Boundary sizes inside the declared-and-kept ranges, as (sizes by name, ``Sized`` inputs)."""
     au = ctx.audit()
     if au is None:
         return []
-    return [(au.model.named(p.values), *probe_inputs(ctx, au.model, p, ctx.options.input_builder))
+    return [(au.model.named(p.values), sized(ctx, au.model, p.values, p, record=False))
             for p in in_range_probes(ctx, au.model) if p.kind == "in-range"]
 
-def out_of_range_inputs(ctx: Context) -> list[tuple[str, tuple, dict]]:
+
+def out_of_range_inputs(ctx: Context) -> list[tuple[str, Sized]]:
     """Inputs a program must refuse (max+1, min-1 where checked, broken relations, wrong static sizes)."""
     au = ctx.audit()
     if au is None:
         return []
-    return [(p.description, *probe_inputs(ctx, au.model, p)) for p in out_of_range_probes(ctx, au.model)
+    return [(p.description, sized(ctx, au.model, p.values, p)) for p in out_of_range_probes(ctx, au.model)
             if p.kind != "small"]
 
 
-__all__ = ["ACCEPTED", "REFUSED", "RAISED", "Verdict", "Probe", "run_program", "run_eager", "mismatch",
+__all__ = ["ACCEPTED", "REFUSED", "RAISED", "UNCHECKED", "Verdict", "Sized", "Probe", "plan_for", "sized", "spread",
+           "largest_numeric", "fake_limit", "run_program", "run_eager", "mismatch",
            "has_small_size", "in_range_problem", "in_range_probes", "out_of_range_probes", "probe_inputs",
            "in_range_inputs", "out_of_range_inputs"]

@@ -130,9 +130,21 @@ class CaseResult:
         for s in self.stages.values():
             if s.status in BAD:
                 parts.append(f"--- {s.name}: {s.status} ---\n{s.message}")
+        if self.coverage_lines():
+            parts.append("coverage of the declared ranges:\n" + "\n".join(f"  {ln}" for ln in self.coverage_lines()))
         if self.warnings:
             parts.append("warnings:\n" + "\n".join(f"  - {w}" for w in self.warnings))
         return "\n\n".join(parts)
+
+    def coverage_lines(self) -> list[str]:
+        """One line per declared dim: how far shapes and numerics checked it (issue #23)."""
+        from .cost import coverage_line
+
+        cov = self.info.get("ranges") or {}
+        lines = [coverage_line(row) for row in cov.get("dims", [])]
+        if cov.get("fake_problem"):
+            lines.append(f"fake tensors cannot run this model ({cov['fake_problem']}): numerics only")
+        return lines
 
     def raise_for_failure(self) -> "CaseResult":
         if self.failed:

@@ -94,9 +94,14 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
                 for stage in stages:
                     current = stage
                     ctx.result.add(_run_stage(ctx, stage, started))
+                    if stage.name == "export":
+                        ctx.checking_since = time.perf_counter()  # the budget counts every check after export
                 current = None
         except CaseTimeout as exc:
             _record_timeout(ctx, stages, current, exc, time.perf_counter() - started[0])
+        coverage = ctx.coverage()
+        if coverage:
+            ctx.result.info["ranges"] = coverage
         return ctx.result.finish()
 
 

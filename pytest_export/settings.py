@@ -98,6 +98,12 @@ def _budget(value: Any, flag: str) -> float | None:
     return seconds or None
 
 
+def _memory(value: Any, flag: str) -> int | None:
+    from .cost import parse_memory
+
+    return parse_memory(value, flag)
+
+
 def _tags(value: Any, flag: str) -> list[str]:
     from .tags import parse_tags
 
@@ -147,9 +153,13 @@ SETTINGS: tuple[Setting, ...] = (
             kind="flag"),
     Setting("export_timeout", "time limit in seconds for each case's stages; a case over it is stopped and "
             "reported (default: none)", _seconds, "timeout", metavar="SECONDS"),
-    Setting("export_budget", "seconds per case that the guards and fuzz stages may spend together: the boundary sizes "
-            "always run, random fuzz examples stop when it is spent (default 30; 0: no limit)", _budget, "budget",
+    Setting("export_budget", "seconds per case for every check after export (guards, fuzz, and the probes of serde "
+            "and retrace): numeric probes run while it lasts, the boundary sizes always run at least with fake "
+            "tensors, random fuzz examples stop when it is spent (default 30; 0: no limit)", _budget, "budget",
             metavar="SECONDS"),
+    Setting("export_max_memory", "memory a numeric probe may use (e.g. 4GB, 512MiB); larger sizes are checked with "
+            "fake tensors only (default: 1/16 of the machine's memory divided by xdist's workers)", _memory,
+            "max_memory", metavar="SIZE"),
     Setting("export_baseline", "known failures (case, stage, reason) and non-core ops: a failure or op not in it "
             "fails the run, an entry that now passes is stale and fails it too", _path, "baseline", metavar="PATH",
             needs_check=True),

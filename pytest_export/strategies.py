@@ -127,6 +127,52 @@ def build_inputs(model: FuzzModel, values: dict[str, int], args: tuple, kwargs: 
     return tuple(new_args), dict(new_kwargs)
 
 
+def fake_inputs(mode: Any, model: FuzzModel | None, values: dict[str, int], args: tuple, kwargs: dict,
+                override: dict[tuple[int, int | None], int] | None = None, given: tuple[tuple, dict] | None = None,
+                builder: Callable[..., Any] | None = None) -> tuple[tuple, dict]:
+    """The inputs of one assignment as fake tensors of ``mode`` (nothing allocated, whatever the size): the
+    example's tensors where their shape is fixed, empty ones of the drawn shape elsewhere (a fake run checks
+    shapes, not values). A case's ``input_builder`` runs inside the fake mode, so its factories make fake tensors."""
+    import torch
+    import torch.utils._pytree as pytree
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    def fake(x: Any) -> Any:
+        return mode.from_tensor(x) if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) else x
+
+    if given is not None:
+        return pytree.tree_map(fake, (tuple(given[0]), dict(given[1])))
+    if builder is not None and not override:
+        with mode:
+            built = normalize_built(builder(dict(model.named(values)), args, kwargs))
+        return pytree.tree_map(fake, built)
+    sizes = model.sizes(values) if model is not None else {}
+    for (flat_i, dim), size in (override or {}).items():
+        sizes.setdefault(flat_i, {})[dim] = size
+    flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    out = []
+    for i, leaf in enumerate(flat):
+        axes = sizes.get(i, {})
+        if isinstance(leaf, torch.Tensor):
+            shape = tuple(axes.get(d, s) for d, s in enumerate(leaf.shape))
+            if shape == tuple(leaf.shape):
+                out.append(mode.from_tensor(leaf))
+                continue
+            with mode:
+                t = torch.empty(shape, dtype=leaf.dtype, device=leaf.device)
+                if leaf.dim() == 4 and leaf.is_contiguous(memory_format=torch.channels_last) and not leaf.is_contiguous():
+                    t = t.contiguous(memory_format=torch.channels_last)
+                if leaf.requires_grad and (leaf.dtype.is_floating_point or leaf.dtype.is_complex):
+                    t.requires_grad_(True)
+            out.append(t)
+        elif None in axes:
+            out.append(axes[None])
+        else:
+            out.append(leaf)
+    new_args, new_kwargs = pytree.tree_unflatten(out, spec)
+    return tuple(new_args), dict(new_kwargs)
+
+
 class BuilderError(TypeError):
     pass
 
@@ -159,5 +205,5 @@ def shapes_of(args: tuple, kwargs: dict, paths: list[str]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["assignments", "boundary_assignments", "boundaries", "build_inputs", "like", "shapes_of",
+__all__ = ["assignments", "boundary_assignments", "boundaries", "build_inputs", "fake_inputs", "like", "shapes_of",
            "normalize_built", "BuilderError"]

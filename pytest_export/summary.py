@@ -133,6 +133,15 @@ def summary_markdown(report: dict[str, Any], messages: Iterable[str] = (), limit
             lines.append(f"- `{c['nodeid']}`: {c['outcome']}" + (f" in {', '.join(stages)}" if stages else ""))
         if len(bad) > limit:
             lines.append(f"- ... and {len(bad) - limit} more")
+    ranged = [c for c in cases if (c.get("ranges") or {}).get("dims")]
+    if ranged:
+        from .cost import coverage_line as range_line
+
+        lines += ["", "Declared ranges (how far each dim was checked by shape, and by numerics):", ""]
+        for c in ranged[:limit]:
+            lines.append(f"- `{c['nodeid']}`: " + "; ".join(range_line(row) for row in c["ranges"]["dims"]))
+        if len(ranged) > limit:
+            lines.append(f"- ... and {len(ranged) - limit} more")
     messages = list(messages)
     if messages:
         lines += ["", "Baseline:", ""] + [f"- {m}" for m in messages]

@@ -75,4 +75,17 @@ def quiet_trace_logs():
                 logger.addHandler(h)
 
 
-__all__ = ["repaired_torch_logs", "quiet_trace_logs"]
+@contextlib.contextmanager
+def quiet_fake_logs():
+    """A fake-tensor run that raises (a probe at sizes the model rejects) logs the meta kernel's traceback at
+    ERROR before it raises; the probe's verdict carries the error, so the record is noise in the user's log."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    was = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = was
+
+
+__all__ = ["repaired_torch_logs", "quiet_trace_logs", "quiet_fake_logs"]

@@ -23,7 +23,7 @@ STAGE_MODULES = [f"stages.{name}" for name in ORDER]
 
 LAYERS: list[list[str]] = [
     # plain helpers and torch glue with no package imports
-    ["util", "modstate", "ops", "timeout", "torchlog"],
+    ["util", "modstate", "ops", "timeout", "torchlog", "cost"],
     # the vocabulary: options and keywords, the result model, draft-export diagnosis
     ["options", "results", "diagnose", "guardsource"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance)
@@ -33,6 +33,7 @@ LAYERS: list[list[str]] = [
     ["audit", "report"],
     # what stages share
     ["strategies", "context"],
+    ["sizing"],
     ["probing"],
     # the stages, one module each, and their registry
     STAGE_MODULES,

@@ -78,9 +78,9 @@ def test_the_reloaded_program_is_probed_at_the_boundaries_only(monkeypatch):
     seen: list[int] = []
     run_program = guards.run_program
 
-    def spy(ctx, ep, args, kwargs):
+    def spy(ctx, ep, inputs, kwargs=None):
         seen.append(id(ep))
-        return run_program(ctx, ep, args, kwargs)
+        return run_program(ctx, ep, inputs, kwargs)
 
     monkeypatch.setattr(guards, "run_program", spy)
     res = pytest_export.check(torch.nn.Linear(3, 2), (torch.randn(4, 3),), name="cost.py::test_reload",

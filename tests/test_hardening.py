@@ -45,7 +45,7 @@ _bad_marks = st.one_of(
     st.builds(lambda k: f"{k}=1", st.from_regex(r"[a-z]{3,10}", fullmatch=True).filter(lambda k: k not in KEYWORDS)),
     st.builds(lambda s, r: f"xfail={{{s!r}: {r!r}}}", st.text(min_size=1, max_size=6).filter(lambda s: s not in pytest_export.STAGES),
               st.text(min_size=1, max_size=4)),
-    st.builds(lambda v: f"dynamic_shapes={v!r}", st.integers() | st.text(max_size=4) | st.floats(allow_nan=False)),
+    st.builds(lambda v: f"dynamic_shapes={v!r}", st.integers() | st.text(max_size=4) | st.floats(allow_nan=False, allow_infinity=False)),  # repr(inf) is no Python literal
 )
 
 

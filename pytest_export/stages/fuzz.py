@@ -15,8 +15,8 @@ import time
 from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
-from ..strategies import BuilderError, assignments, boundary_assignments, build_inputs, shapes_of
-from ..probing import has_small_size, in_range_problem, run_program
+from ..strategies import BuilderError, assignments, boundary_assignments, shapes_of
+from ..probing import UNCHECKED, has_small_size, in_range_problem, plan_for, run_program, sized
 from ..util import describe_exception, plural
 
 _BLOB = re.compile(r"reproduce_failure\(\s*'[^']*'\s*,\s*b'([^']+)'\s*\)")
@@ -45,18 +45,20 @@ def run(ctx: Context) -> dict[str, Any]:
 
     model = audit.model
     builder = ctx.options.input_builder
-    state: dict[str, Any] = {"runs": 0, "failure": None, "drawn": []}
+    state: dict[str, Any] = {"runs": 0, "failure": None, "drawn": [], "modes": {"fake": 0, "numeric": 0},
+                             "unchecked": 0}
     budget = Budget(ctx)
 
     def one(values: dict[str, int]) -> None:
         if budget.stop_now():
             hypothesis.reject()  # the budget is spent: the remaining draws are skipped, not run
-        state["runs"] += 1
-        state["drawn"].append(model.named(values))
         seed = value_seed(values)
         named = model.named(values)
+        probe = sized(ctx, model, values, seed=seed)
         try:
-            args, kwargs = build_inputs(model, values, ctx.case.args, ctx.case.kwargs, seed, builder, named)
+            plan = plan_for(ctx, probe)
+            if plan.mode == "numeric":
+                probe.real()
         except BuilderError as exc:
             raise StageFailure(f"input_builder: {exc}", kind="input-builder")
         except Exception as exc:  # noqa: BLE001 - a user builder that raises is named as such
@@ -64,12 +66,24 @@ def run(ctx: Context) -> dict[str, Any]:
                 raise
             raise StageFailure(f"input_builder raised for sizes {named}: {describe_exception(exc)}",
                                kind="input-builder", exception=type(exc).__name__)
-        got = run_program(ctx, ctx.ep, args, kwargs)
-        problem = in_range_problem(ctx, got, args, kwargs, wrong="the exported program disagrees with eager",
+        state["runs"] += 1
+        state["drawn"].append({**named, "mode": plan.mode} if plan.mode else {**named, "mode": None})
+        if plan.mode is None:
+            state["unchecked"] += 1
+            return
+        state["modes"][plan.mode] += 1
+        got = run_program(ctx, ctx.ep, probe)
+        if got.status == UNCHECKED:
+            state["unchecked"] += 1
+            return
+        problem = in_range_problem(ctx, got, probe, wrong="the exported program disagrees with eager",
                                    small=has_small_size(ctx, model, values))
         if problem:
-            state["failure"] = {"sizes": named, "symbols": dict(values), "shapes": shapes_of(args, kwargs, ctx.declaration.paths),
-                                "seed": seed, "error": problem, "program": got.status}
+            fake = got.mode == "fake"
+            shapes = {k: list(v) for k, v in _fake_shapes(probe).items()} if fake else shapes_of(
+                *probe.real(), ctx.declaration.paths)
+            state["failure"] = {"sizes": named, "symbols": dict(values), "shapes": shapes, "seed": seed,
+                                "error": problem, "program": got.status, "mode": got.mode}
             raise FuzzFailure(problem)
 
     # Boundaries first, run here and not as @example: Hypothesis does not shrink a failing explicit example,
@@ -88,7 +102,8 @@ def run(ctx: Context) -> dict[str, Any]:
         test = settings(
             # a failing boundary gets all the examples (and no time budget): the search must find it again to
             # shrink it
-            max_examples=n if boundary_failure else budget.examples(n - state["runs"], state["runs"]),
+            # every example asked for: the budget stops the search when it is spent, and says so (issue #23)
+            max_examples=max(1, n - (0 if boundary_failure else state["runs"])),
             deadline=None,
             suppress_health_check=list(HealthCheck),
             print_blob=True,
@@ -122,31 +137,39 @@ def run(ctx: Context) -> dict[str, Any]:
         # the search found nothing smaller: report the boundary itself (it fails on every run)
         state["failure"] = boundary_failure[0]
         raise _report(ctx, state, boundary_failure[1], boundary=True)
-    data: dict[str, Any] = {"examples": state["runs"], "drawn": state["drawn"]}
+    data: dict[str, Any] = {"examples": state["runs"], "examples_requested": n, "drawn": state["drawn"],
+                            "modes": state["modes"], "unchecked": state["unchecked"]}
     if ctx.eager_rejects:
         data["eager_rejects"] = list(ctx.eager_rejects)
-    runs = plural(state["runs"], "example")
+    runs = plural(state["runs"], "example") + (
+        f" ({state['modes']['numeric']} numeric, {state['modes']['fake']} fake)" if state["modes"]["fake"] else "")
     if budget.stopped:
         data["budget_spent"] = True
-        runs = (f"{state['runs']} of {n} examples (the budget of {budget.seconds:g} s for guards and fuzz was "
-                "spent; --export-budget / budget= raises it)")
+        data["fewer_because"] = (f"the budget of {budget.seconds:g} s for the checks after export was spent; "
+                                 "--export-budget / budget= raises it")
+    elif state["runs"] < n:
+        space = _space(model)
+        data["fewer_because"] = (f"only {space} distinct size assignments exist" if space < n else
+                                 "Hypothesis ended the search early (it found no new sizes to try)")
+    if state["runs"] < n:
+        runs = f"{state['runs']} of {n} examples ({data['fewer_because']})"
     data["message"] = f"{runs}, sizes {_ranges(model)}"
     return data
 
 
 class Budget:
-    """The time ``guards`` and ``fuzz`` may spend on one case together (``--export-budget`` / ``budget=``).
+    """What is left of the case's budget (``--export-budget`` / ``budget=``: every check after export, on the
+    case's one clock, ``cost.Costs``) for fuzz's random examples.
 
     It cuts only random examples: boundaries run before it is ``armed``, and a failing boundary ``lift``s it
     (the search must find that failure again to shrink it). ``stopped``: it cut some."""
 
     def __init__(self, ctx: Context):
-        self.seconds = ctx.options.budget
-        guards = ctx.result.stages.get("guards")
-        self.before = guards.duration if guards is not None else 0.0
-        self.start = time.perf_counter()
+        self.costs = ctx.costs()
+        self.seconds = self.costs.budget
         self.armed = False
         self.stopped = False
+        self.lifted = False
 
     def stop_now(self) -> bool:
         """Whether the next random example is cut (and the budget then counts as having stopped the search)."""
@@ -154,22 +177,27 @@ class Budget:
             self.stopped = True
         return self.stopped and self.armed
 
-    def used(self) -> float:
-        return self.before + time.perf_counter() - self.start
-
     def spent(self) -> bool:
-        return self.seconds is not None and self.used() >= self.seconds
-
-    def examples(self, wanted: int, ran: int) -> int:
-        """How many random examples fit in what is left, at the cost per example seen so far (at least one)."""
-        if self.seconds is None or ran == 0:
-            return max(wanted, 1)
-        per = (time.perf_counter() - self.start) / ran
-        left = self.seconds - self.used()
-        return max(1, min(wanted, int(left / per) if per > 0 else wanted))
+        return not self.lifted and self.costs.spent()
 
     def lift(self) -> None:
-        self.seconds = None
+        self.lifted = True
+
+
+def _space(model: Any) -> int:
+    """How many distinct size assignments the ranges hold (capped: only compared with an examples count)."""
+    total = 1
+    for v in model.vars:
+        total *= v.hi - v.lo + 1
+        if total > 10**9:
+            break
+    return total
+
+
+def _fake_shapes(probe: Any) -> dict[str, Any]:
+    from ..strategies import shapes_of
+
+    return shapes_of(*probe.fake(), probe.ctx.declaration.paths)
 
 
 def value_seed(values: dict[str, int]) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..context import Context, Stage, StageFailure
 from ..observe import clone_inputs
-from ..probing import ACCEPTED, in_range_inputs, mismatch, run_program
+from ..probing import ACCEPTED, FAKE, UNCHECKED, in_range_inputs, mismatch, run_program
 from ..torchlog import quiet_trace_logs
 from ..util import describe_exception, finite_int, plural
 
@@ -82,19 +82,22 @@ def run(ctx: Context) -> dict[str, Any]:
     # at other sizes the reference is the first program, not eager: where the first program is wrong there,
     # guards and fuzz report it; retrace reports only what re-exporting changed
     against = "the first exported program"
-    for named, a, k in [p for p in in_range_inputs(ctx) if p[0]][:MAX_SIZE_PROBES]:
-        got = run_program(ctx, again, a, k)
-        want = run_program(ctx, ctx.ep, a, k)
-        if want.status != ACCEPTED:
-            continue  # the first program refuses these sizes: guards reports it
+    modes = {"fake": 0, "numeric": 0}
+    for named, probe in [p for p in in_range_inputs(ctx) if p[0]][:MAX_SIZE_PROBES]:
+        got = run_program(ctx, again, probe)
+        want = run_program(ctx, ctx.ep, probe)
+        if UNCHECKED in (got.status, want.status) or want.status != ACCEPTED:
+            continue  # not checkable here, or the first program refuses these sizes: guards reports it
         sizes = ", ".join(f"{n}={v}" for n, v in named.items())
         if got.status != ACCEPTED:
             raise StageFailure(f"the re-exported program rejects in-range sizes {sizes}: {got.message}", **data)
-        bad = mismatch(ctx, got.observation, want.observation)
+        bad = mismatch(ctx, got.observation, want.observation, fake=FAKE in (got.mode, want.mode))
         if bad:
             raise StageFailure(f"the re-exported program disagrees with {against} at sizes {sizes}:\n{bad}", **data)
         checked += 1
+        modes[got.mode] += 1
     data["sizes_checked"] = checked
+    data["modes"] = modes
     data["message"] = f"re-exported ({data['nodes']} nodes), checked on the example" + (
         f" and {plural(checked, 'boundary size')}" if checked else "")
     return data

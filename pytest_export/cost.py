@@ -1,0 +1,335 @@
+"""What a probe costs, predicted without running it, and whether it may run with real tensors (issue #23).
+
+A probe is a forward call at chosen sizes. Under ``FakeTensorMode`` (real parameters allowed) eager and the
+program run at any size in milliseconds and allocate nothing: that is a ``fake`` probe, and it checks what the
+program accepts or refuses (guards are evaluated exactly) and the structure, shape and dtype of every output.
+The same fake run, counted by ``FlopCounterMode`` and by ``Tally`` (the bytes of the tensors it makes, live and
+peak), predicts what the probe would cost with real tensors. Calibrated against the example's measured real
+run, the prediction decides whether the probe also runs ``numeric`` (values compared with eager): only where it
+fits the memory cap (``--export-max-memory`` / ``max_memory=``) and what is left of the case's time budget
+(``--export-budget`` / ``budget=``). ``Costs`` holds one case's calibration, clock, cap and the coverage it
+reached per declared dim, which the report prints as one line per dim.
+
+torch is imported lazily; nothing here knows about stages or pytest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import time
+from typing import Any
+
+FAKE, NUMERIC = "fake", "numeric"
+
+# the share of the machine's memory one worker's numeric probes may use by default: small enough that a CI
+# runner with every core running a worker stays safe (the process itself, torch and the model come on top)
+DEFAULT_MEMORY_SHARE = 1 / 16
+MIN_DEFAULT_MEMORY = 256 * 2**20
+# a numeric probe may take at most this share of the case's budget: the sizes across the range share it
+PROBE_BUDGET_SHARE = 0.25
+# a numeric probe that runs this many times longer than predicted (and at least PROBE_TIMEOUT_FLOOR s) is stopped
+PROBE_TIMEOUT_FACTOR, PROBE_TIMEOUT_FLOOR = 20.0, 10.0
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_memory(value: Any, where: str = "--export-max-memory") -> int | None:
+    """``"6GB"``, ``"512MiB"``, ``"2.5g"``, or a number of bytes -> bytes; None for no value. ValueError says
+    what is accepted."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"{where} must be a size such as 4GB, 512MiB or a number of bytes, got {value!r}")
+    if isinstance(value, (int, float)):
+        number, unit = float(value), ""
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+        if not m or m.group(2).lower() not in _UNITS:
+            raise ValueError(f"{where} must be a size such as 4GB, 512MiB or a number of bytes, got {value!r}")
+        number, unit = float(m.group(1)), m.group(2).lower()
+    size = int(number * _UNITS[unit])
+    if size <= 0:
+        raise ValueError(f"{where} must be a positive size such as 4GB, got {value!r}")
+    return size
+
+
+def machine_memory() -> int | None:
+    """Physical memory of this machine in bytes, or None where it cannot be read."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def default_max_memory() -> int:
+    """1/16 of the machine's memory, divided among xdist's workers (at least 256 MiB)."""
+    total = machine_memory() or 8 * 2**30
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    return max(MIN_DEFAULT_MEMORY, int(total * DEFAULT_MEMORY_SHARE / max(1, workers)))
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def format_seconds(s: float) -> str:
+    return f"{s:.3g} s" if s < 120 else f"{s / 60:.3g} min"
+
+
+def tally_mode():
+    """A ``TorchDispatchMode`` that adds up the bytes of every tensor an op makes (views and in-place results
+    excluded): ``total``, and ``peak`` of what is alive at once (a tensor counts until it is freed)."""
+    import weakref
+
+    import torch
+    import torch.utils._pytree as pytree
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    class Tally(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.live = self.peak = self.total = 0
+            self.flops = 0.0  # attention kernels FlopCounterMode has no formula for (CPU flash attention)
+
+        def _free(self, n: int) -> None:
+            self.live -= n
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if "attention" in func.__name__ and func.overloadpacket not in flop_registry:
+                self.flops += attention_flops(args)
+            returns = func._schema.returns
+            for i, t in enumerate(pytree.tree_leaves(out)):
+                if not isinstance(t, torch.Tensor):
+                    continue
+                if i < len(returns) and returns[i].alias_info is not None:
+                    continue  # a view or an in-place result: no new memory
+                n = t.numel() * t.element_size()
+                self.total += n
+                self.live += n
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(t, self._free, n)
+            return out
+
+    return Tally()
+
+
+RATE_DERATE = 0.25  # the share of a large matmul's rate (and a large copy's) a model's kernels are assumed to reach
+_RATES: list[tuple[float, float]] = []
+
+
+def machine_rates() -> tuple[float, float]:
+    """(FLOP/s of a 512 x 512 fp32 matmul, bytes/s of a 16 MB copy) on this process's threads, measured once per
+    process (a few milliseconds)."""
+    if not _RATES:
+        import torch
+
+        a = torch.randn(512, 512)
+        big = torch.empty(4 * 2**20)
+        a @ a  # warm up
+        t0 = time.perf_counter()
+        for _ in range(4):
+            a @ a
+        mm = 4 * 2 * 512**3 / max(time.perf_counter() - t0, 1e-6)
+        t0 = time.perf_counter()
+        for _ in range(4):
+            big.clone()
+        copy = 4 * 2 * big.numel() * 4 / max(time.perf_counter() - t0, 1e-6)
+        _RATES.append((mm, copy))
+    return _RATES[0]
+
+
+def attention_flops(args: Any) -> float:
+    """FLOPs of an attention kernel from its query, key and value shapes (..., L, E): two matmuls over L x S."""
+    import torch
+
+    q, k, v = (list(args) + [None, None, None])[:3]
+    if not all(isinstance(t, torch.Tensor) and t.dim() >= 2 for t in (q, k, v)):
+        return 0.0
+    batch = q.numel() // (q.shape[-2] * q.shape[-1]) if q.shape[-2] * q.shape[-1] else 0
+    return 2.0 * batch * q.shape[-2] * k.shape[-2] * (q.shape[-1] + v.shape[-1])
+
+
+@dataclasses.dataclass
+class Measure:
+    """What one forward call did, counted: floating-point operations, peak and total bytes of the tensors it
+    made, and the bytes of its inputs; ``seconds`` where it ran for real."""
+
+    flops: float
+    peak: int
+    total: int
+    inputs: int
+    seconds: float | None = None
+
+
+class counted:
+    """Count a block (inside ``fake_mode`` where given): ``measure`` is filled when it ends."""
+
+    def __init__(self, inputs: int, fake_mode: Any = None):
+        self.measure = Measure(0.0, 0, 0, inputs)
+        self._fake_mode = fake_mode
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Measure:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        if self._fake_mode is not None:
+            self._stack.enter_context(self._fake_mode)
+        self._flops = self._stack.enter_context(FlopCounterMode(display=False))
+        self._tally = self._stack.enter_context(tally_mode())
+        self._t0 = time.perf_counter()
+        return self.measure
+
+    def __exit__(self, *exc: Any) -> bool:
+        seconds = time.perf_counter() - self._t0
+        suppressed = self._stack.__exit__(*exc)
+        m = self.measure
+        m.flops = float(self._flops.get_total_flops()) + self._tally.flops
+        m.peak, m.total = self._tally.peak, self._tally.total
+        m.seconds = None if self._fake_mode is not None else seconds
+        return bool(suppressed)
+
+
+def input_bytes(tree: Any) -> int:
+    import torch
+    import torch.utils._pytree as pytree
+
+    return sum(t.numel() * t.element_size() for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor))
+
+
+@dataclasses.dataclass
+class Plan:
+    """How one probe runs: ``numeric`` (real tensors, values compared) or ``fake`` only; ``None`` where neither
+    can (fake tensors cannot run the model and numerics do not fit). ``why`` says why not numeric."""
+
+    mode: str | None
+    seconds: float = 0.0  # predicted, for a numeric run (eager and program)
+    bytes: int = 0  # predicted, for a numeric run
+    why: str = ""
+    measure: Measure | None = None
+
+
+@dataclasses.dataclass
+class Costs:
+    """One case's calibration, clock, memory cap and the coverage reached per declared dim."""
+
+    max_memory: int
+    budget: float | None  # seconds for everything after export (None: no limit)
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+    example: Measure | None = None  # the example's fake count, with its real time and peak
+    real_peak: int = 0  # the example's measured real peak (bytes of live tensors)
+    fake_problem: str | None = None  # why fake tensors cannot run this model (then numerics only)
+    coverage: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    probes: dict[str, int] = dataclasses.field(default_factory=lambda: {FAKE: 0, NUMERIC: 0})
+
+    # the clock -----------------------------------------------------------------------------------
+    def used(self) -> float:
+        return time.perf_counter() - self.started
+
+    def left(self) -> float | None:
+        return None if self.budget is None else self.budget - self.used()
+
+    def spent(self) -> bool:
+        left = self.left()
+        return left is not None and left <= 0
+
+    # prediction ----------------------------------------------------------------------------------
+    def predict(self, probe: Measure | None, ratio: float) -> tuple[float, int]:
+        """(seconds, bytes) of a numeric run of one probe: eager and program, each holding its outputs.
+
+        From the fake count where there is one: the example's real time, plus the FLOPs and bytes the probe adds
+        over the example's at this machine's measured rates (``machine_rates``, derated: not every kernel runs
+        as fast as a large matmul); memory is the fake peak, scaled by how the example's real peak compared with
+        its fake one. Without one (fake tensors cannot run the model), the example scaled by ``ratio`` (the
+        probe's input bytes over the example's) squared: attention-like costs grow that fast."""
+        ex = self.example
+        if ex is None or not ex.seconds:
+            return 0.0, 0
+        if probe is None:
+            grow = max(1.0, ratio) ** 2
+            return 2 * ex.seconds * grow, int((2 * self.real_peak + 3 * ex.inputs) * grow)
+        flops_per_s, bytes_per_s = machine_rates()
+        extra = (max(0.0, probe.flops - ex.flops) / (flops_per_s * RATE_DERATE)
+                 + max(0, probe.total - ex.total) / (bytes_per_s * RATE_DERATE))
+        mem_ratio = max(1.0, self.real_peak / ex.peak) if ex.peak else 1.0
+        return 2 * (ex.seconds + extra), int(2 * probe.peak * mem_ratio + 3 * probe.inputs)
+
+    def plan(self, probe: Measure | None, ratio: float, fake_ok: bool) -> Plan:
+        seconds, need = self.predict(probe, ratio)
+        why = ""
+        if need > self.max_memory:
+            why = f"needs ~{format_bytes(need)} > max_memory {format_bytes(self.max_memory)}"
+        elif self.budget is not None:
+            share = self.budget * PROBE_BUDGET_SHARE
+            left = self.left() or 0.0
+            if seconds > share:
+                why = f"needs ~{format_seconds(seconds)} > {format_seconds(share)}, a quarter of the budget"
+            elif seconds > left:
+                why = "the budget was spent" if left <= 0 else (
+                    f"needs ~{format_seconds(seconds)} > the {format_seconds(left)} left of the budget")
+        if not why:
+            return Plan(NUMERIC, seconds, need, measure=probe)
+        return Plan(FAKE if fake_ok else None, seconds, need, why, probe)
+
+    def probe_timeout(self, plan: Plan) -> float:
+        """The time limit of one numeric probe: far above its prediction, so only a model that makes it far
+        costlier than predicted (or hangs) is stopped."""
+        return max(PROBE_TIMEOUT_FLOOR, PROBE_TIMEOUT_FACTOR * plan.seconds)
+
+    # coverage ------------------------------------------------------------------------------------
+    def record(self, dims: dict[str, tuple[int, int | None, int | None]], mode: str, why: str = "") -> None:
+        """A probe ran (``mode``) in range at sizes ``dims``: name -> (size, declared min, declared max)."""
+        self.probes[mode] = self.probes.get(mode, 0) + 1
+        at = ", ".join(f"{n}={size}" for n, (size, _, _) in dims.items())
+        for name, (size, lo, hi) in dims.items():
+            row = self.coverage.setdefault(name, {"dim": name, "declared": [lo, hi], "shape_max": None,
+                                                  "numeric_max": None, "why": "", "_not": []})
+            row["shape_max"] = max(size, row["shape_max"] or size)
+            if mode == NUMERIC:
+                row["numeric_max"] = max(size, row["numeric_max"] or size)
+            elif why:
+                row["_not"].append((size, f"{at} {why}"))
+            # why numerics stop: the smallest size past the numeric maximum that did not run numeric
+            past = [n for n in row["_not"] if n[0] > (row["numeric_max"] or 0)]
+            row["why"] = min(past)[1] if past else ""
+
+    def lines(self) -> list[str]:
+        return [coverage_line(row) for row in self.to_dict()["dims"]]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"max_memory": self.max_memory, "probes": dict(self.probes),
+                               "dims": [{k: v for k, v in row.items() if not k.startswith("_")}
+                                        for row in self.coverage.values()]}
+        if self.fake_problem:
+            out["fake_problem"] = self.fake_problem
+        if self.example is not None and self.example.seconds:
+            out["example"] = {"seconds": round(self.example.seconds, 6), "flops": self.example.flops,
+                              "peak_bytes": self.real_peak}
+        return out
+
+
+def coverage_line(row: dict[str, Any]) -> str:
+    """``seq: shapes checked to 131072 (max); numerics to 2048 (seq=4096 needs ~17 GB > max_memory 6 GB)``."""
+    lo, hi = row["declared"]
+    shape_max, numeric_max = row.get("shape_max"), row.get("numeric_max")
+    top = "" if hi is None else " (max)" if shape_max == hi else f" of {hi}"
+    text = f"{row['dim']}: shapes checked to {shape_max}{top}"
+    if numeric_max is None:
+        text += "; no numerics"
+    else:
+        text += f"; numerics to {numeric_max}" + (" (max)" if numeric_max == hi else "")
+    if row.get("why") and numeric_max != hi:
+        text += f" ({row['why']})"
+    return text
+
+
+__all__ = ["FAKE", "NUMERIC", "Costs", "Plan", "Measure", "counted", "tally_mode", "input_bytes", "parse_memory",
+           "default_max_memory", "machine_memory", "format_bytes", "coverage_line"]

@@ -1,0 +1,213 @@
+"""A probe's inputs at chosen sizes, and how it runs (issue #23): ``fake`` (shapes, guards and dtypes at any size,
+nothing allocated) or ``numeric`` (real tensors, values compared), as its ``cost.Plan`` says; and what the
+program or eager did with it: accepted (with its result), refused by a guard, or raised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .audit import FuzzModel
+from .compare import Mismatch
+from .context import Context
+from .cost import FAKE, NUMERIC, Plan
+from .observe import Observation, compare_observations, shape_mismatch
+from .results import HarnessError
+from .strategies import build_inputs, fake_inputs
+from .timeout import Expired, time_limit
+from .util import describe_exception
+
+ACCEPTED, REFUSED, RAISED = "accepted", "refused", "raised"
+UNCHECKED = "unchecked"  # neither fake nor numeric could run it (``Verdict.message`` says why)
+
+_REFUSALS = ("Guard failed", "Expected input", "to be equal to", "to be <=", "to be >=", "is outside of",
+             "Dynamic shape constraint violation", "input_constraints")
+
+
+@dataclasses.dataclass
+class Verdict:
+    status: str
+    message: str = ""
+    observation: Observation | None = None
+    mode: str = NUMERIC  # how it ran: ``fake`` (shapes, guards, dtypes) or ``numeric`` (values too)
+
+
+class Sized:
+    """One probe's inputs, made on demand: fake (any size, nothing allocated) and, where its ``Plan`` says the
+    probe is affordable, real. ``dims``: the declared dims it sets, name -> (size, min, max), for coverage;
+    ``in_range``: whether those sizes are inside the promise."""
+
+    def __init__(self, ctx: Context, model: FuzzModel | None, values: dict[str, int], *, label: str = "",
+                 override: dict | None = None, given: tuple[tuple, dict] | None = None, builder: Any = None,
+                 seed: int = 0, in_range: bool = True):
+        self.ctx, self.model, self.values, self.label = ctx, model, values, label
+        self.override, self.given, self.builder, self.seed, self.in_range = override or {}, given, builder, seed, in_range
+        self.plan: Plan | None = None
+        self.eager_fake: Verdict | None = None
+        self._real: tuple[tuple, dict] | None = None
+        self._fake: tuple[tuple, dict] | None = None
+
+    @property
+    def dims(self) -> dict[str, tuple[int, int, int | None]]:
+        if self.model is None or not self.values:
+            return {}
+        return {n: (self.values[v.symbol], v.lo if not v.zero else 0, None if v.unbounded else v.hi)
+                for v in self.model.vars if v.symbol in self.values for n in v.names}
+
+    def real(self) -> tuple[tuple, dict]:
+        if self._real is None:
+            case = self.ctx.case
+            if self.given is not None:
+                self._real = self.given
+            elif self.builder is not None and not self.override:
+                self._real = build_inputs(self.model, self.values, case.args, case.kwargs, self.seed, self.builder)
+            else:
+                self._real = build_inputs(self.model, self.values, case.args, case.kwargs, self.seed,
+                                          override=self.override)
+        return self._real
+
+    def fake(self) -> tuple[tuple, dict]:
+        if self._fake is None:
+            case, mode = self.ctx.case, self.ctx.fake_mode()
+            self._fake = fake_inputs(mode, self.model, self.values, case.args, case.kwargs, self.override, self.given,
+                                     self.builder)
+        return self._fake
+
+
+def plan_for(ctx: Context, sized: Sized) -> Plan:
+    """How ``sized`` runs, decided once: its fake eager run predicts its cost (``cost.Costs.plan``); where fake
+    tensors cannot run the model, the example's measured cost scaled by the input size stands in."""
+    if sized.plan is not None:
+        return sized.plan
+    from .cost import input_bytes
+
+    costs = ctx.costs()
+    measured, fake_ok = None, costs.fake_problem is None
+    if fake_ok:
+        try:
+            args, kwargs = sized.fake()
+            obs, measured = ctx.eager_counted(args, kwargs)
+            sized.eager_fake = Verdict(ACCEPTED, observation=obs, mode=FAKE)
+        except HarnessError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - eager's own verdict, or a limit of fake tensors
+            # a limit of fake tensors (data-dependent code, no fake kernel): numerics decide, if affordable; any
+            # other raise is eager's verdict on these sizes, as exact as a real run's
+            fake_ok = not fake_limit(exc)
+            sized.eager_fake = Verdict(RAISED, describe_exception(exc, 600), mode=FAKE)
+    ratio = 1.0
+    if measured is not None and costs.example is not None and costs.example.inputs:
+        ratio = measured.inputs / costs.example.inputs
+    elif costs.example is not None and costs.example.inputs:
+        try:
+            ratio = input_bytes(sized.fake()) / costs.example.inputs
+        except Exception:  # noqa: BLE001 - the fake inputs cannot be made: assume the worst a probe may be
+            ratio = float("inf") if sized.values else 1.0
+    sized.plan = plan = costs.plan(measured, ratio, fake_ok)
+    if not fake_ok and plan.mode is None:
+        first = (sized.eager_fake.message.splitlines() or [""])[0][:200] if sized.eager_fake else costs.fake_problem
+        plan.why = f"not checked: fake tensors cannot run it ({first}) and numerics {plan.why}"
+    if sized.in_range and plan.mode is not None:
+        costs.record(sized.dims, plan.mode, plan.why)
+    return plan
+
+
+def _numeric(ctx: Context, sized: Sized, call: Any) -> Any:
+    """A numeric run under a time limit far above its prediction: a model that makes it far costlier is stopped
+    as an ``error`` that names the probe, never left to run unbounded."""
+    plan = sized.plan
+    limit = ctx.costs().probe_timeout(plan)
+    try:
+        with time_limit(limit, error=Expired):
+            return call()
+    except Expired:
+        raise HarnessError(f"the numeric probe at {sized.label or 'these sizes'} ran past {limit:g} s (predicted "
+                           f"~{plan.seconds:.3g} s for eager and program together): the model is far costlier at "
+                           "these sizes than its fake run predicts; lower --export-max-memory or the declared range")
+
+
+def fake_limit(exc: BaseException) -> bool:
+    """Whether ``exc`` is a limit of fake tensors (data-dependent code, an op without a fake kernel), not a
+    verdict on the inputs."""
+    from torch._subclasses import fake_tensor
+
+    limits = tuple(getattr(fake_tensor, n) for n in ("DataDependentOutputException", "DynamicOutputShapeException",
+                                                     "UnsupportedOperatorException", "UnsupportedFakeTensorException")
+                   if hasattr(fake_tensor, n))
+    name = type(exc).__name__
+    return isinstance(exc, limits) or name in ("GuardOnDataDependentSymNode", "DataDependentOutputException") or (
+        "FakeTensor" in str(exc) and "Please convert all Tensors" in str(exc))
+
+
+def _program_verdict(exc: Exception, mode: str) -> Verdict:
+    text = describe_exception(exc, 600)
+    refused = isinstance(exc, (AssertionError, RuntimeError, ValueError)) and any(r in str(exc) for r in _REFUSALS)
+    return Verdict(REFUSED if refused else RAISED, text.splitlines()[0] if refused else text, mode=mode)
+
+
+def run_program(ctx: Context, ep: Any, inputs: Sized | tuple, kwargs: dict | None = None) -> Verdict:
+    """What ``ep`` does with the inputs: real ``(args, kwargs)``, or a ``Sized`` probe run as its plan says."""
+    if not isinstance(inputs, Sized):
+        return _real_program(ctx, ep, inputs, kwargs or {})
+    plan = plan_for(ctx, inputs)
+    if plan.mode == NUMERIC:
+        return _numeric(ctx, inputs, lambda: _real_program(ctx, ep, *inputs.real()))
+    if plan.mode is None:
+        return Verdict(UNCHECKED, plan.why, mode="")
+    try:
+        return Verdict(ACCEPTED, observation=ctx.program_on(ep, *inputs.fake(), fake=True), mode=FAKE)
+    except HarnessError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a guard's refusal is exact under fake tensors
+        if fake_limit(exc):
+            first = describe_exception(exc, 200).splitlines()[0]
+            return Verdict(UNCHECKED, f"not checked: fake tensors cannot run the program here ({first}) and "
+                           f"numerics {plan.why}", mode="")
+        return _program_verdict(exc, FAKE)
+
+
+def _real_program(ctx: Context, ep: Any, args: tuple, kwargs: dict) -> Verdict:
+    try:
+        return Verdict(ACCEPTED, observation=ctx.program_on(ep, args, kwargs))
+    except HarnessError:
+        raise  # the harness could not run the probe: `error`, never a refusal blamed on the program
+    except Exception as exc:  # noqa: BLE001 - what the program does with an input is the finding
+        return _program_verdict(exc, NUMERIC)
+
+
+def run_eager(ctx: Context, inputs: Sized | tuple, kwargs: dict | None = None) -> Verdict:
+    if isinstance(inputs, Sized):
+        plan = plan_for(ctx, inputs)
+        if plan.mode == NUMERIC:
+            return _numeric(ctx, inputs, lambda: _real_eager(ctx, *inputs.real()))
+        if plan.mode is None:
+            return Verdict(UNCHECKED, plan.why, mode="")
+        return inputs.eager_fake
+    return _real_eager(ctx, inputs, kwargs or {})
+
+
+def _real_eager(ctx: Context, args: tuple, kwargs: dict) -> Verdict:
+    try:
+        return Verdict(ACCEPTED, observation=ctx.eager_on(args, kwargs))
+    except HarnessError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - what eager does with an input is the finding
+        return Verdict(RAISED, describe_exception(exc, 600))
+
+
+def mismatch(ctx: Context, got: Observation, want: Observation, fake: bool = False) -> str | None:
+    """How ``got`` differs from ``want``: values where both ran numeric, structure, shapes and dtypes where
+    either ran fake."""
+    if fake:
+        return shape_mismatch(got.outputs, want.outputs)
+    try:
+        compare_observations(got, want, ctx.options)
+    except Mismatch as exc:
+        return str(exc)
+    return None
+
+
+
+__all__ = ["ACCEPTED", "REFUSED", "RAISED", "UNCHECKED", "FAKE", "NUMERIC", "Verdict", "Sized", "plan_for",
+           "fake_limit", "run_program", "run_eager", "mismatch"]
