@@ -2,7 +2,8 @@
 the corrected ``dynamic_shapes`` from ``refine_dynamic_shapes_from_suggested_fixes``, printed as Python that
 exports when pasted back.
 
-Called by the ``export`` stage only after export raised (the runner has imported torch already).
+Called by the ``export`` stage only after export raised (the runner has imported torch already). The diagnosis
+runs under its own time limit (``limit_for``): what it found before a limit cut it is kept, and it says so.
 """
 
 from __future__ import annotations
@@ -11,11 +12,26 @@ import contextlib
 import logging
 import os
 import re
+import time
 from typing import Any
 
 import torch
 
+from .timeout import CaseTimeout, Expired, time_limit
 from .util import environment
+
+# The diagnosis' own time limit (issue #23): on timm's tf_efficientnet_b0 with dynamic height and width, export
+# raised after about 70 s and draft_export then ran for more than 12 minutes. draft_export traces the model
+# again (twice for a constraint violation), so twice export's own time is room enough; the floor covers exports
+# that fail in well under a second and a first trace that pays for importing torch._dynamo.
+LIMIT_FLOOR_S = 30.0
+LIMIT_FACTOR = 2.0
+
+
+def limit_for(export_s: float) -> float:
+    """Seconds the diagnosis of an export that failed after ``export_s`` may run: ``max(30, 2 x export_s)``.
+    Inside the case's ``--export-timeout`` the case's limit stays in charge when it ends first."""
+    return max(LIMIT_FLOOR_S, LIMIT_FACTOR * export_s)
 
 
 @contextlib.contextmanager
@@ -157,26 +173,56 @@ def to_python(spec: Any) -> str:
 
 
 def diagnose(exc: BaseException, module: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, strict: bool,
-             workdir: Any = None) -> dict[str, Any]:
-    """Everything known about a failed export, as JSON-able data; never raises."""
+             workdir: Any = None, limit: float | None = None) -> dict[str, Any]:
+    """Everything known about a failed export, as JSON-able data; never raises.
+
+    Runs for at most ``limit`` seconds (``limit_for``; None: no limit of its own). When a limit cuts it, its own
+    or the case's (``CaseTimeout``, which this catches: the export's verdict is reached, the caller keeps it), what
+    was found before is kept and ``cut`` is True, with ``cut_by`` (``"limit"`` or ``"case timeout"``) and
+    ``cut_after_s``."""
     from .util import describe_exception
 
     out: dict[str, Any] = {}
+    if limit:
+        out["limit_s"] = round(limit, 3)
+    t0 = time.monotonic()
     try:
-        fixed = refined_dynamic_shapes(exc, dynamic_shapes)
-        if fixed is not None:
-            out["dynamic_shapes_fix"] = to_python(fixed)
-    except Exception as err:  # noqa: BLE001 - building the fix fails in some torch versions (FACTS)
-        out["dynamic_shapes_fix_error"] = describe_exception(err, 500)
-    try:
-        out.update(draft_findings(module, args, kwargs, dynamic_shapes, strict, workdir))
-    except Exception as err:  # noqa: BLE001 - draft_export itself may raise; the original failure stands
-        out["draft_export_error"] = describe_exception(err, 500)
+        with time_limit(limit, error=Expired):
+            try:
+                fixed = refined_dynamic_shapes(exc, dynamic_shapes)
+                if fixed is not None:
+                    out["dynamic_shapes_fix"] = to_python(fixed)
+            except Exception as err:  # noqa: BLE001 - building the fix fails in some torch versions (FACTS)
+                out["dynamic_shapes_fix_error"] = describe_exception(err, 500)
+            try:
+                out.update(draft_findings(module, args, kwargs, dynamic_shapes, strict, workdir))
+            except Exception as err:  # noqa: BLE001 - draft_export itself may raise; the original failure stands
+                out["draft_export_error"] = describe_exception(err, 500)
+    except (Expired, CaseTimeout) as cut:
+        out.update(cut=True, cut_by="limit" if isinstance(cut, Expired) else "case timeout",
+                   cut_after_s=round(time.monotonic() - t0, 3))
     return out
+
+
+def cut_text(d: dict[str, Any]) -> str:
+    """The line that says a limit cut the diagnosis, and which."""
+    if not d.get("cut"):
+        return ""
+    after = d.get("cut_after_s")
+    head = f"diagnosis cut after {after:.1f} s" if isinstance(after, (int, float)) else "diagnosis cut"
+    if d.get("cut_by") == "case timeout":
+        why = "the case's time limit (--export-timeout / timeout=) ran out"
+    else:
+        limit = d.get("limit_s")
+        why = (f"its own limit of {limit:.1f} s" if isinstance(limit, (int, float)) else "its own limit") + (
+            f" (twice export's time, at least {LIMIT_FLOOR_S:g} s)")
+    return f"{head} (draft_export did not finish): {why}; --export-no-diagnose skips it"
 
 
 def diagnosis_text(d: dict[str, Any]) -> str:
     lines = ["diagnosis (torch.export.draft_export):"]
+    if d.get("cut"):
+        lines.append("  " + cut_text(d))
     if d.get("failure_types"):
         lines.append("  failure types: " + ", ".join(d["failure_types"]))
     for f in d.get("failures", [])[:10]:
@@ -191,4 +237,5 @@ def diagnosis_text(d: dict[str, Any]) -> str:
     return "\n".join(lines) if len(lines) > 1 else ""
 
 
-__all__ = ["diagnose", "diagnosis_text", "to_python", "draft_findings", "refined_dynamic_shapes"]
+__all__ = ["diagnose", "diagnosis_text", "cut_text", "limit_for", "to_python", "draft_findings",
+           "refined_dynamic_shapes"]

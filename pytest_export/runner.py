@@ -93,7 +93,9 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
                         "main thread); cases run without a time limit")
                 for stage in stages:
                     current = stage
-                    ctx.result.add(_run_stage(ctx, stage, started))
+                    out = ctx.result.add(_run_stage(ctx, stage, started))
+                    if out.data.get("timeout"):  # its verdict stands, but the case's time ran out in it (#23)
+                        raise CaseTimeout(f"ran out in stage {stage.name}")
                     if stage.name == "export":
                         ctx.checking_since = time.perf_counter()  # the budget counts every check after export
                 current = None

@@ -48,9 +48,11 @@ def time_limit(seconds: float | None,
     if old_delay and old_delay <= seconds:
         yield True  # the enclosing limit ends first: it stays in charge
         return
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = signal.getsignal(signal.SIGALRM)
     try:
+        # inside the try: an enclosing alarm that fires between these two calls still gets its handler back
+        signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
         yield True
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)

@@ -1,7 +1,8 @@
 """Stage ``export``: ``torch.export.export`` succeeds, once per case, and leaves the module's state unchanged.
 
 A declaration that does not fit the case fails here before torch runs; a failed export is diagnosed with
-``draft_export`` (its time reported apart, as ``diagnosis_s``).
+``draft_export`` (its time reported apart, as ``diagnosis_s``, under a limit of its own: ``diagnose.limit_for``).
+A limit that cuts the diagnosis never changes the verdict torch reached: the stage stays ``failed``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from ..context import Context, Stage, StageFailure
 from ..modstate import changed_since, versions
 from ..observe import clone_inputs, preserved_python_state
+from ..timeout import CaseTimeout
 from ..torchlog import quiet_trace_logs
 from ..util import describe_exception, finite_int
 
@@ -31,6 +33,7 @@ def run(ctx: Context) -> dict[str, Any]:
     before = versions(module)
     args, kwargs = clone_inputs((ctx.case.args, ctx.case.kwargs))
     dynamic_shapes = ctx.options.dynamic_shapes
+    started = time.perf_counter()
     try:
         dynamic_shapes = ctx.export_dynamic_shapes()
         extra = {}
@@ -41,10 +44,11 @@ def run(ctx: Context) -> dict[str, Any]:
             ctx.ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=ctx.options.strict,
                                          **extra)
     except Exception as exc:
+        export_s = time.perf_counter() - started
         data: dict[str, Any] = {"exception": type(exc).__name__}
         text = describe_exception(exc) + export_hint(exc)
         if ctx.options.diagnose:
-            text += "\n\n" + _diagnosis(ctx, exc, dynamic_shapes, data)
+            text += "\n\n" + _diagnosis(ctx, exc, dynamic_shapes, data, export_s)
         raise StageFailure(text.rstrip(), kind=type(exc).__name__, **data)
     changed = changed_since(before, ctx.keeper)
     data = {
@@ -94,17 +98,30 @@ def _stderr_once():
         yield
 
 
-def _diagnosis(ctx: Context, exc: BaseException, dynamic_shapes: Any, data: dict[str, Any]) -> str:
-    """draft_export's account of a failed export, timed on its own; a diagnosis that itself crashes is said so,
-    and never hides the export failure."""
-    from ..diagnose import diagnose, diagnosis_text
+def _diagnosis(ctx: Context, exc: BaseException, dynamic_shapes: Any, data: dict[str, Any], export_s: float) -> str:
+    """draft_export's account of a failed export, timed on its own and under its own limit (issue #23: it ran
+    for more than 12 minutes after an export that failed in 70 s); a diagnosis that itself crashes or is cut is
+    said so, and never hides the export failure.
+
+    When the case's own time (``--export-timeout``) runs out here, torch's verdict stands: the stage stays
+    ``failed``, and ``data["timeout"]`` tells the runner that the case's time is up (it skips the later stages as
+    timed out)."""
+    from ..diagnose import cut_text, diagnose, diagnosis_text, limit_for
 
     t0 = time.perf_counter()
     try:
-        a, k = clone_inputs((ctx.case.args, ctx.case.kwargs))
-        with quiet_trace_logs():
-            data["diagnosis"] = diagnose(exc, ctx.case.module, a, k, dynamic_shapes, ctx.options.strict,
-                                         ctx.workdir / "draft_export")
+        try:
+            a, k = clone_inputs((ctx.case.args, ctx.case.kwargs))
+            with quiet_trace_logs():
+                data["diagnosis"] = diagnose(exc, ctx.case.module, a, k, dynamic_shapes, ctx.options.strict,
+                                             ctx.workdir / "draft_export", limit=limit_for(export_s))
+        except CaseTimeout:  # the case's time ran out before draft_export started (copying the inputs)
+            data["diagnosis"] = {"cut": True, "cut_by": "case timeout",
+                                 "cut_after_s": round(time.perf_counter() - t0, 3)}
+        if data["diagnosis"].get("cut_by") == "case timeout":
+            data["timeout"] = ctx.options.timeout or True
+            ctx.result.warnings.append(f"stopped after {ctx.options.timeout or 0:g} s in stage export, while "
+                                       "diagnosing its failure: " + cut_text(data["diagnosis"]))
         return diagnosis_text(data["diagnosis"])
     except Exception as crash:  # noqa: BLE001 - the diagnosis is extra: its crash must not replace the finding
         return f"(no diagnosis: draft_export could not run: {describe_exception(crash, 300)})"
