@@ -97,6 +97,7 @@ class Context:
         self.eager_rejects: list[str] = []  # sizes 0/1 inside the promise where eager itself raises (no failure)
         self._fake_mode = None
         self._costs = None
+        self._countable: bool | None = None
         self.checking_since: float | None = None  # when export ended: the budget counts from here
 
     # what probes cost (issue #23) ----------------------------------------------------------------
@@ -110,33 +111,51 @@ class Context:
 
     def costs(self):
         """The case's ``cost.Costs``, calibrated on first use: the example counted with fake tensors, and once
-        with real ones (its time and the peak of its live tensors)."""
+        with real ones (its time and the peak of its live tensors).
+
+        A program with higher-order ops (``cond``, ``map``, ``while_loop``, ``scan``) is not counted: torch's
+        counting modes cannot follow into their branches. Its probes still run fake; their cost is predicted
+        from the example's time and input size alone (``cost.Costs.predict`` without a count)."""
         if self._costs is None:
             import time
 
-            from .cost import Costs, counted, default_max_memory, input_bytes
+            from .cost import Costs, Measure, counted, default_max_memory, input_bytes
 
             costs = Costs(self.options.max_memory or default_max_memory(), self.options.budget)
             if self.checking_since is not None:
                 costs.started = self.checking_since
             args, kwargs = self.case.args, self.case.kwargs
             nbytes = input_bytes((args, kwargs))
-            with counted(nbytes) as real:
-                self.eager_on(args, kwargs)  # the example's real peak
+            real = Measure(0.0, 0, 0, nbytes)
+            if self.countable():
+                with counted(nbytes) as real:
+                    self.eager_on(args, kwargs)  # the example's real peak
             t0 = time.perf_counter()
             self.eager_on(args, kwargs)  # timed without the counters' own overhead
             seconds = time.perf_counter() - t0
+            example = real
             try:
                 mode = self.fake_mode()
                 fargs, fkwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (tuple(args), dict(kwargs)))
-                _, example = self.eager_counted(fargs, fkwargs)
+                _, counted_example = self.eager_counted(fargs, fkwargs)
+                example = counted_example or real
             except Exception as exc:  # noqa: BLE001 - fake tensors cannot run this model: numerics only
                 costs.fake_problem = describe_exception(exc, 300).splitlines()[0]
-                example = real
             example.seconds, example.inputs = max(seconds, 1e-4), nbytes
-            costs.example, costs.real_peak = example, real.peak
+            # uncounted: the example's live tensors are taken as four times its inputs
+            costs.example, costs.real_peak = example, real.peak or 4 * nbytes
             self._costs = costs
         return self._costs
+
+    def countable(self) -> bool:
+        """Whether torch's counting modes can follow this case's forward (no higher-order ops in the program)."""
+        if self.ep is None:
+            return True
+        if self._countable is None:
+            from torch._ops import HigherOrderOperator
+
+            self._countable = not any(isinstance(n.target, HigherOrderOperator) for n in self.ep.graph.nodes)
+        return self._countable
 
     def coverage(self) -> dict[str, Any] | None:
         """How far each declared dim was checked, by shape and by numerics (None where nothing was probed)."""
@@ -145,9 +164,13 @@ class Context:
         return self._costs.to_dict()
 
     def eager_counted(self, args: tuple, kwargs: dict):
-        """Eager on fake inputs, counted: (its ``Observation``, its ``cost.Measure``)."""
+        """Eager on fake inputs, counted: (its ``Observation``, its ``cost.Measure``, None where not countable)."""
         from .cost import counted, input_bytes
 
+        if not self.countable():
+            with quiet_fake_logs():
+                obs = observe(self.case.module, self.case.module, args, kwargs, self.keeper, within=self.fake_mode())
+            return obs, None
         counter = counted(input_bytes((args, kwargs)), self.fake_mode())
         with quiet_fake_logs():
             obs = observe(self.case.module, self.case.module, args, kwargs, self.keeper, within=counter)
