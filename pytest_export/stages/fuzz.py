@@ -46,12 +46,14 @@ def run(ctx: Context) -> dict[str, Any]:
     model = audit.model
     builder = ctx.options.input_builder
     state: dict[str, Any] = {"runs": 0, "failure": None, "drawn": [], "modes": {"fake": 0, "numeric": 0},
-                             "unchecked": 0}
+                             "unchecked": 0, "failed": []}
     budget = Budget(ctx)
 
     def one(values: dict[str, int]) -> None:
-        if budget.stop_now():
-            hypothesis.reject()  # the budget is spent: the remaining draws are skipped, not run
+        if budget.stop_now() and values not in state["failed"]:
+            # the budget is spent: the remaining draws (and shrinking steps) are skipped, not run; a failing
+            # assignment still replays, as Hypothesis replays its smallest failure at the end
+            hypothesis.reject()
         seed = value_seed(values)
         named = model.named(values)
         probe = sized(ctx, model, values, seed=seed)
@@ -82,6 +84,7 @@ def run(ctx: Context) -> dict[str, Any]:
             fake = got.mode == "fake"
             shapes = {k: list(v) for k, v in _fake_shapes(probe).items()} if fake else shapes_of(
                 *probe.real(), ctx.declaration.paths)
+            state["failed"].append(dict(values))
             state["failure"] = {"sizes": named, "symbols": dict(values), "shapes": shapes, "seed": seed,
                                 "error": problem, "program": got.status, "mode": got.mode}
             raise FuzzFailure(problem)
@@ -100,9 +103,8 @@ def run(ctx: Context) -> dict[str, Any]:
     def search() -> None:
         test = given(values=assignments(model))(one)
         test = settings(
-            # a failing boundary gets all the examples (and no time budget): the search must find it again to
-            # shrink it
-            # every example asked for: the budget stops the search when it is spent, and says so (issue #23)
+            # every example asked for (a failing boundary gets them all: the search must find it again to shrink
+            # it); the budget stops the search when it is spent, and says so (issue #23)
             max_examples=max(1, n - (0 if boundary_failure else state["runs"])),
             deadline=None,
             suppress_health_check=list(HealthCheck),
@@ -120,8 +122,6 @@ def run(ctx: Context) -> dict[str, Any]:
         test._hypothesis_internal_database_key = hashlib.sha256(key.encode()).digest()
         test()
 
-    if boundary_failure:
-        budget.lift()
     budget.armed = True
     try:
         if boundary_failure or ctx.options.reproduce or (state["runs"] < n and not budget.spent()):
@@ -161,15 +161,14 @@ class Budget:
     """What is left of the case's budget (``--export-budget`` / ``budget=``: every check after export, on the
     case's one clock, ``cost.Costs``) for fuzz's random examples.
 
-    It cuts only random examples: boundaries run before it is ``armed``, and a failing boundary ``lift``s it
-    (the search must find that failure again to shrink it). ``stopped``: it cut some."""
+    It cuts only random examples and shrinking steps: boundaries run before it is ``armed``. A failing boundary
+    searched for again and cut by the budget is reported as it is. ``stopped``: it cut some."""
 
     def __init__(self, ctx: Context):
         self.costs = ctx.costs()
         self.seconds = self.costs.budget
         self.armed = False
         self.stopped = False
-        self.lifted = False
 
     def stop_now(self) -> bool:
         """Whether the next random example is cut (and the budget then counts as having stopped the search)."""
@@ -178,10 +177,7 @@ class Budget:
         return self.stopped and self.armed
 
     def spent(self) -> bool:
-        return not self.lifted and self.costs.spent()
-
-    def lift(self) -> None:
-        self.lifted = True
+        return self.costs.spent()
 
 
 def _space(model: Any) -> int:
