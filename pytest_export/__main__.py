@@ -1,6 +1,7 @@
 """``python -m pytest_export merge|show|diff|gate|durations``: reports of CI shards into one, a report as a table,
 two reports compared (before and after a torch upgrade), the baseline gate applied once to a merged report, and
-the cases' durations for pytest-split. Reads and writes report JSON only; imports no torch.
+the cases' durations for pytest-split. Reads and writes report JSON only (or the case lines a run stopped from
+outside left: a partial report); imports no torch.
 """
 
 from __future__ import annotations
@@ -9,13 +10,15 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from . import baseline as bl
 from .conformance import stage_order
 from .gate import judge_report
 from .options import SessionOptions, UsageError
-from .report import build_report, read_report, write_json_atomic, write_summary_md, write_text_atomic
+from .report import (build_report, lines_path, load_report, partial_text, write_json_atomic, write_summary_md,
+                     write_text_atomic)
 from .summary import coverage_line, coverage_summary, stage_table
 from .util import markdown_table, plural, text_table
 
@@ -24,9 +27,13 @@ USAGE_ERROR = 4  # pytest's exit status for a usage error: the in-run gate's for
 
 
 def _load(path: str, status: int = 1) -> dict[str, Any]:
-    """A report, or exit with ``status`` and a message naming the file."""
+    """A report (or the partial one a ``.jsonl`` file of case lines makes, with a note on each line it skips), or
+    exit with ``status`` and a message naming the file."""
     try:
-        return read_report(path)
+        report, notes = load_report(path)
+        for note in notes:
+            print(f"pytest-export: note: {note}", file=sys.stderr)
+        return report
     except FileNotFoundError:
         problem = f"{path}: no such report"
     except OSError as exc:
@@ -40,7 +47,9 @@ def _load(path: str, status: int = 1) -> dict[str, Any]:
 
 
 def merge_reports(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) -> tuple[dict[str, Any], list[str]]:
-    """One report from the reports of shards; a case in two shards keeps the later one (with a warning)."""
+    """One report from the reports of shards; a case in two shards keeps the later one (with a warning). It is
+    ``partial`` where one of them is (a run stopped from outside), with the cases they were running when it
+    stopped (``unfinished``) that no other report holds."""
     cases: dict[str, dict[str, Any]] = {}
     origin: dict[str, str] = {}
     warnings: list[str] = []
@@ -60,7 +69,12 @@ def merge_reports(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) 
     cov = coverage_summary(merged, None)
     if total:
         cov = {"core_ops_total": total, **cov}
-    return build_report(merged, torch_versions[-1] if torch_versions else None, coverage=cov), warnings
+    partial = [r for r in reports if r.get("partial") or r.get("interrupted")]
+    out = build_report(merged, torch_versions[-1] if torch_versions else None, partial=bool(partial), coverage=cov)
+    unfinished = sorted({n for r in partial for n in r.get("unfinished") or () if n not in cases})
+    if unfinished:
+        out["unfinished"] = unfinished
+    return out, warnings
 
 
 def show_text(report: dict[str, Any], markdown: bool = False) -> str:
@@ -75,6 +89,9 @@ def show_text(report: dict[str, Any], markdown: bool = False) -> str:
         case_table = text_table(header, rows)
     title = f"pytest-export report: {len(cases)} cases (torch {report.get('torch')})"
     cov = report.get("coverage") or coverage_summary(cases, None)
+    partial = partial_text(report)
+    if partial:
+        title += f"\n{partial}"
     parts = [f"### {title}" if markdown else title, case_table, stage_table(cases, markdown=markdown), coverage_line(cov)]
     return "\n\n".join(parts) + "\n"
 
@@ -138,7 +155,9 @@ def diff_text(d: dict[str, Any], markdown: bool = False) -> str:
 def gate(report_path: str, baseline_path: str, *, warn_stale: bool = False, markdown: str | None = None,
          environ: Mapping[str, str] = os.environ) -> int:
     """``gate REPORT --baseline PATH``: the in-run gate's rules, messages and exit statuses, applied once to a
-    whole run's report (issue #19): 0 when nothing is new or stale, 1 when something is, 4 for a usage error."""
+    whole run's report (issue #19): 0 when nothing is new or stale, 1 when something is, 4 for a usage error.
+    A partial report (a run stopped from outside, or its case lines: issue #23) never passes: its cases are
+    judged, and the entries of the cases it lacks are left alone (neither stale nor confirmed)."""
     report = _load(report_path, USAGE_ERROR)
     problem = _malformed_case(report)
     if problem:
@@ -151,28 +170,28 @@ def gate(report_path: str, baseline_path: str, *, warn_stale: bool = False, mark
         print(f"pytest-export: {exc}", file=sys.stderr)
         return USAGE_ERROR
     options = SessionOptions(check=True, baseline=baseline_path, baseline_warn_stale=warn_stale)
-    verdict = judge_report(base, report["cases"], options)
+    partial = partial_text(report, report_path)
+    verdict = judge_report(base, report["cases"], options, whole=partial is None)
     n = verdict.counts
-    found = [plural(n["new"], "case with a new failure or non-core op", "cases with a new failure or non-core op"),
+    found = ["the report is partial"] if partial else []
+    found += [plural(n["new"], "case with a new failure or non-core op", "cases with a new failure or non-core op"),
              plural(n["errors"], "error"), plural(n["failed"], "other failing case"),
              plural(n["stale"], "stale entry", "stale entries") + ("" if verdict.failed else " (a warning)")]
     found = [f for f in found if not f.startswith("0 ")]
-    if verdict.failed:
+    if verdict.failed or partial:
         line = f"gate failed: {', '.join(found)}"
     else:
         line = f"gate passed: {', '.join(found) or 'nothing new or stale'}, {plural(n['known'], 'known failure')}"
     line += f"; {plural(n['cases'], 'case')} of {report_path} against the baseline {baseline_path}"
-    print(f"export baseline {baseline_path}")
-    for m in verdict.messages:
-        print(m)
-    print(line)
+    head = [partial] if partial else []
+    print("\n".join([*head, f"export baseline {baseline_path}", *verdict.messages, line]))
     md_path, append = markdown, False
     step = environ.get("GITHUB_STEP_SUMMARY")
     if step and (md_path is None or os.path.abspath(md_path) == os.path.abspath(step)):
         md_path, append = step, True  # the job page's file is shared by the job's steps: add, never replace
     if md_path:
-        write_summary_md(md_path, report, [*verdict.messages, line], append=append)
-    return 1 if verdict.failed else 0
+        write_summary_md(md_path, report, [*head, *verdict.messages, line], append=append)
+    return 1 if verdict.failed or partial else 0
 
 
 def _malformed_case(report: dict[str, Any]) -> str | None:
@@ -223,7 +242,9 @@ def make_parser() -> argparse.ArgumentParser:
                                      description=" ".join(__doc__.split("\n\n")[0].split()).replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("merge", help="merge the reports of CI shards into one report")
-    p.add_argument("reports", nargs="+", help="report JSON files (--export-report of each shard)")
+    p.add_argument("reports", nargs="+", help="report JSON files (--export-report of each shard), or the .jsonl "
+                                              "case lines of a run stopped before it wrote its report (the lines "
+                                              "of a report also given are left out)")
     p.add_argument("-o", "--output", required=True, help="where to write the merged report")
     p = sub.add_parser("show", help="print a report as a table (or Markdown)")
     p.add_argument("report")
@@ -234,9 +255,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("after")
     p.add_argument("--markdown", action="store_true", help="Markdown instead of text")
     p = sub.add_parser("gate", help="the baseline gate applied once to a whole run's report (the merged report of "
-                                    "CI shards): exit status 1 on new failures, new non-core ops, errors or stale "
-                                    "entries, 4 when the report or the baseline is missing or malformed")
-    p.add_argument("report", help="the report (python -m pytest_export merge of the shards' reports)")
+                                    "CI shards): exit status 1 on new failures, new non-core ops, errors, stale "
+                                    "entries or a partial report, 4 when the report or the baseline is missing or "
+                                    "malformed")
+    p.add_argument("report", help="the report (python -m pytest_export merge of the shards' reports), or the "
+                                   ".jsonl case lines of a run stopped before it wrote its report (partial)")
     p.add_argument("--baseline", required=True, metavar="PATH",
                    help="the baseline file (the shards' --export-baseline)")
     p.add_argument("--warn-stale", action="store_true", help="stale entries warn instead of failing "
@@ -255,11 +278,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
 
     if args.command == "merge":
-        merged, warnings = merge_reports([_load(p) for p in args.reports], args.reports)
+        # a run's case lines beside its report hold the same cases: `merge shard-*.json*` takes the report where
+        # the run wrote one, and the lines of a run killed before it could
+        written = {lines_path(p) for p in args.reports if not p.endswith(".jsonl")}
+        paths = [p for p in args.reports if Path(p) not in written]
+        reports = [_load(p) for p in paths]
+        merged, warnings = merge_reports(reports, paths)
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
         write_json_atomic(args.output, merged)
-        print(f"merged {len(args.reports)} reports ({len(merged['cases'])} cases) into {args.output}")
+        for path, report in zip(paths, reports):
+            if partial_text(report, path):
+                print(partial_text(report, path))
+        print(f"merged {len(paths)} reports ({len(merged['cases'])} cases) into {args.output}"
+              + (" (partial: a report it merges is partial)" if merged["partial"] else ""))
         return 0
     if args.command == "gate":
         return gate(args.report, args.baseline, warn_stale=args.warn_stale, markdown=args.markdown)

@@ -159,12 +159,15 @@ class ReportVerdict:
         return bool(self.failing) or self.stale_fails
 
 
-def judge_report(base: bl.Baseline, cases: list[dict[str, Any]], options: SessionOptions) -> ReportVerdict:
+def judge_report(base: bl.Baseline, cases: list[dict[str, Any]], options: SessionOptions, *,
+                 whole: bool = True) -> ReportVerdict:
     """The gate applied once to the cases of a whole run (issue #19: the merged report of CI shards).
 
     Each case is judged as its item was in the run (``judge``, against ``base``: a verdict the case carries from
     its shard's run is dropped), then the session is finished with every folder in scope (``finish``): the
-    report is the whole run, so an entry whose case is in no shard's report is stale."""
+    report is the whole run, so an entry whose case is in no shard's report is stale. A partial report (a run
+    stopped from outside, issue #23: ``whole=False``) is finished as a subset run: the entries of the cases it
+    lacks are neither stale nor confirmed."""
     judged, failing, other = [], [], []
     for case in sorted(cases, key=lambda c: c["nodeid"]):
         result = CaseResult.from_json({k: v for k, v in case.items() if k != "baseline"})
@@ -179,7 +182,7 @@ def judge_report(base: bl.Baseline, cases: list[dict[str, Any]], options: Sessio
                 bad = [(n, s) for n, s in result.stages.items() if s.status in BAD]
                 other += [f"failed: {result.nodeid} [{n}]: {s.status}: {(s.message.splitlines() or [''])[0]}"
                           for n, s in bad] or [f"failed: {result.nodeid}: {result.outcome}"]
-    end = finish(base, judged, [""], options)
+    end = finish(base, judged, [""] if whole else None, options)
     counts = {
         "new": sum(m.startswith("new: ") for m in end.messages),
         "errors": sum(m.startswith("error (never baselined): ") for m in end.messages),

@@ -1,5 +1,6 @@
-"""Every file this tool writes: the JSON report, the coverage op table (JSON and Markdown), the Markdown summary
-and the baseline. Always JSON (never pickle), always atomically (an interrupted write keeps the old file).
+"""Every file this tool writes: the JSON report, its case lines, the coverage op table (JSON and Markdown), the
+Markdown summary and the baseline. Always JSON (never pickle); whole files atomically (an interrupted write keeps
+the old file), the case lines one flushed line at a time (a killed run keeps every case that finished).
 
 The renderings come from ``summary``; this module only decides what goes where. Plain Python; no torch, no pytest.
 """
@@ -7,14 +8,18 @@ The renderings come from ``summary``; this module only decides what goes where. 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
+import sys
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
 
 from . import summary
+from .util import plural
 
 if TYPE_CHECKING:
     from .baseline import Baseline
@@ -89,19 +94,25 @@ def build_report(cases: list[dict[str, Any]], torch_version: str | None, **extra
 
 
 def session_report(cases: list[dict[str, Any]], session_data: Mapping[str, Any], torch_version: str | None,
-                   ) -> dict[str, Any]:
-    """The report of a run: its cases, the torch that ran them and the coverage they reach."""
-    return build_report(cases, session_data.get("torch") or torch_version,
-                        coverage=summary.coverage_summary(cases, session_data.get("core_ops")))
+                   unfinished: Iterable[str] | None = None) -> dict[str, Any]:
+    """The report of a run: its cases, the torch that ran them and the coverage they reach. ``unfinished`` (the
+    cases that were running) is given for a run stopped from outside: its report is ``interrupted`` and
+    ``partial``."""
+    interrupted = unfinished is not None
+    data = build_report(cases, session_data.get("torch") or torch_version, interrupted=interrupted,
+                        partial=interrupted, coverage=summary.coverage_summary(cases, session_data.get("core_ops")))
+    if unfinished:
+        data["unfinished"] = sorted(unfinished)
+    return data
 
 
 def write_session(options: SessionOptions, cases: list[dict[str, Any]], session_data: Mapping[str, Any],
                   torch_version: str | None, messages: Iterable[str] = (), environ: Mapping[str, str] = os.environ,
-                  ) -> None:
+                  unfinished: Iterable[str] | None = None) -> None:
     """The files a run asked for: ``--export-report``, ``--export-coverage`` and ``--export-summary-md`` (by
     default appended to ``$GITHUB_STEP_SUMMARY`` where that is set and there are cases)."""
     if options.report:
-        write_json_atomic(options.report, session_report(cases, session_data, torch_version))
+        write_json_atomic(options.report, session_report(cases, session_data, torch_version, unfinished))
     if options.coverage:
         write_coverage(options.coverage, cases, session_data)
     md_path, append = options.summary_md, False
@@ -147,5 +158,163 @@ def read_report(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+# ---- case lines (issue #23: a run stopped from outside keeps what it found) -------------------------------
+def lines_path(report_path: str | os.PathLike) -> Path:
+    """Where ``--export-report PATH`` writes its case lines: PATH with its suffix replaced by ``.jsonl``
+    (``export-report.json`` -> ``export-report.jsonl``; a PATH that is already ``.jsonl`` gets ``.jsonl.jsonl``)."""
+    path = Path(report_path)
+    lines = path.with_suffix(".jsonl")
+    return lines if lines != path else path.with_name(path.name + ".jsonl")
+
+
+class CaseLines:
+    """The run's results as they come, one JSON object a line (as pytest-reportlog writes its reports): a
+    ``session-start`` header, then ``case-start``, ``case`` (the report's case dict) and ``case-end`` (the test's
+    ``duration``) per case, and ``session-finish`` at the end. Each line is flushed as it is written, so a run
+    killed hard (SIGKILL, a CI job's timeout) leaves every case that finished; ``read_lines`` makes a report of
+    them. A write that fails (a full disk) stops the lines, never the run: ``problem`` says why."""
+
+    def __init__(self, path: str | os.PathLike, header: Mapping[str, Any]):
+        self.path = Path(path)
+        self.problem: str | None = None
+        self.running: dict[str, None] = {}  # started, not ended: the cases running when a run is stopped
+        self._fh: Any = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "w", encoding="utf-8")  # each run starts its lines afresh, as its report
+        except OSError as exc:
+            self.problem = f"{self.path}: cannot be written ({exc.strerror or exc})"
+        self.write("session-start", version=REPORT_VERSION, **header)
+
+    @classmethod
+    def for_session(cls, options: SessionOptions, args: Iterable[str]) -> CaseLines:
+        """The lines of a run with ``--export-report``, beside its report, headed by its torch (the installed one,
+        read without importing it), start time, command line and options."""
+        return cls(lines_path(options.report or ""), {
+            "torch": torch_version_unimported(), "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "args": list(args), "options": dataclasses.asdict(options)})
+
+    def write(self, kind: str, **fields: Any) -> None:
+        if self._fh is None:
+            return
+        try:
+            self._fh.write(json.dumps(strict_json({"kind": kind, **fields}), default=_default, allow_nan=False) + "\n")
+            self._fh.flush()  # in the OS's hands now: a killed process loses nothing it wrote (no fsync needed)
+        except OSError as exc:
+            self.problem = f"{self.path}: stopped writing ({exc.strerror or exc})"
+            self.close()
+
+    def start(self, nodeid: str) -> None:
+        self.running[nodeid] = None
+        self.write("case-start", nodeid=nodeid)
+
+    def end(self, nodeid: str, duration: float | None) -> None:
+        """The end of a test that started (``duration``: its setup, call and teardown, as the report counts it)."""
+        if self.running.pop(nodeid, 1) is None:
+            self.write("case-end", nodeid=nodeid, duration=None if duration is None else round(duration, 6))
+
+    def unfinished(self, cases: Collection[str]) -> list[str]:
+        """The tests that started and neither ended nor reported a case."""
+        return [n for n in self.running if n not in cases]
+
+    def close(self, **finish: Any) -> None:
+        """``finish``: the ``session-finish`` line's fields (none: close without one, as a killed run does)."""
+        if finish:
+            self.write("session-finish", **finish)
+        if self._fh is not None:
+            with contextlib.suppress(OSError):
+                self._fh.close()
+            self._fh = None
+
+
+def torch_version_unimported() -> str | None:
+    """The installed torch's version, without importing it (an xdist controller has no other need of torch)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return str(torch.__version__)
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return None
+
+
+def read_lines(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
+    """The report that a run's case lines make, and notes on the lines skipped (a line cut off mid-write by a
+    killed run): ``partial`` unless the run wrote its ``session-finish`` line and was not interrupted, with the
+    cases that were running when it stopped as ``unfinished``. ValueError where the file is not case lines."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        raw = fh.read().split("\n")
+    header: dict[str, Any] | None = None
+    finish: dict[str, Any] | None = None
+    cases: dict[str, dict[str, Any]] = {}
+    started: dict[str, None] = {}
+    ended: dict[str, Any] = {}
+    notes: list[str] = []
+    last = max((i for i, line in enumerate(raw) if line.strip()), default=-1)
+    for i, line in enumerate(raw):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        kind = record.get("kind") if isinstance(record, dict) else None
+        if header is None and kind != "session-start":
+            break
+        case = record.get("case") if kind == "case" else None
+        if kind == "case" and not (isinstance(case, dict) and isinstance(case.get("nodeid"), str)):
+            kind = None
+        if kind is None or (kind in ("case-start", "case-end") and not isinstance(record.get("nodeid"), str)):
+            cut = " (the last line, cut off: the run was killed while writing it)" if i == last else ""
+            notes.append(f"{path}:{i + 1}: skipped a line that is not a whole case line{cut}")
+        elif kind == "session-start":
+            header = record
+        elif kind == "case":
+            cases[case["nodeid"]] = case
+        elif kind == "case-start":
+            started[record["nodeid"]] = None
+        elif kind == "case-end":
+            ended[record["nodeid"]] = record.get("duration")
+        elif kind == "session-finish":
+            finish = record
+    if header is None or header.get("version") != REPORT_VERSION:
+        raise ValueError(f"{path}: not pytest-export case lines (its first line must be a version "
+                         f"{REPORT_VERSION} session-start record, as --export-report writes beside its report)")
+    for nodeid, seconds in ended.items():
+        if nodeid in cases and isinstance(seconds, (int, float)):
+            cases[nodeid]["duration"] = seconds
+    interrupted = bool(finish.get("interrupted")) if finish else None
+    data = build_report(list(cases.values()), header.get("torch"), partial=finish is None or bool(interrupted),
+                        coverage=summary.coverage_summary(list(cases.values()), None))
+    if interrupted is not None:
+        data["interrupted"] = interrupted
+    unfinished = [n for n in started if n not in ended and n not in cases]
+    if data["partial"] and unfinished:
+        data["unfinished"] = unfinished
+    return data, notes
+
+
+def load_report(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
+    """A report (``read_report``), or the report a ``.jsonl`` file of case lines makes (``read_lines``), with the
+    notes on what was skipped."""
+    if Path(path).suffix == ".jsonl":
+        return read_lines(path)
+    return read_report(path), []
+
+
+def partial_text(report: Mapping[str, Any], name: str | None = None) -> str | None:
+    """The line that says a report is partial (a run stopped from outside, or a merge of one), or None."""
+    if not (report.get("partial") or report.get("interrupted")):
+        return None
+    why = "the run was interrupted (Ctrl-C or SIGTERM)" if report.get("interrupted") else "the run did not finish"
+    text = f"partial report: {f'{name}: ' if name else ''}{why}; {plural(len(report['cases']), 'case')} recorded"
+    if report.get("unfinished"):
+        text += f"; it stopped while running {', '.join(report['unfinished'])}"
+    return text
+
+
 __all__ = ["write_text_atomic", "write_json_atomic", "strict_json", "build_report", "session_report", "read_report",
-           "write_session", "write_coverage", "write_summary_md", "write_baseline", "REPORT_VERSION"]
+           "write_session", "write_coverage", "write_summary_md", "write_baseline", "REPORT_VERSION", "lines_path",
+           "CaseLines", "read_lines", "load_report", "partial_text"]

@@ -162,3 +162,32 @@ def shapes_table(rows: list[dict[str, Any]]) -> str:
              r["status"] + (f" (refuses {r['refused_at']})" if r.get("refused_at") is not None else "")
              + (f" (= {', '.join(r['equal_to'])})" if r.get("equal_to") else "")) for r in rows]
     return text_table(("axis", "declared", "declared range", "achieved", "achieved range", "status"), body)
+
+
+_SCALARS = (bool, int, float, str, bytes)
+
+
+def to_builtins(value: Any, where: str = "workeroutput") -> Any:
+    """``value`` as exact builtin types, for xdist's ``workeroutput`` (the session's torch facts that travel beside
+    the results): execnet serializes only those and a subclass (``torch.__version__`` is a ``TorchVersion``, a str
+    subclass) kills the worker with ``DumpError``. Subclasses of builtin scalars become their base type, tuples
+    and sets lists (sets sorted); anything else raises TypeError naming where it is (a bug here, not in the
+    user's tests)."""
+    if value is None or type(value) in _SCALARS:
+        return value
+    for base in _SCALARS:
+        if isinstance(value, base):
+            return base(value)
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, (str, int, float, bool)):
+                raise TypeError(f"{where}: key {k!r} ({type(k).__name__}) cannot be sent from an xdist worker")
+            out[to_builtins(k, where)] = to_builtins(v, f"{where}[{k!r}]")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [to_builtins(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, (set, frozenset)):
+        return sorted(to_builtins(v, where) for v in value)
+    raise TypeError(f"{where}: {type(value).__module__}.{type(value).__qualname__} cannot be sent from an xdist "
+                    "worker (execnet sends builtin types only); convert it to str, int, float, list or dict")

@@ -1,5 +1,6 @@
 """The session: the state of one pytest run (its options, torch set-up, the cases seen by this process), the
-aggregation of cases and torch facts from xdist workers, and the end of the run on the controller.
+aggregation of cases and torch facts from xdist workers, and the end of the run on the controller (also when
+SIGTERM or Ctrl-C stops it: issue #23).
 
 What it delegates: ``settings`` parses the options, ``gate`` judges results and the baseline, ``report`` writes
 every file, ``summary`` and ``conformance`` render the tables. A run without the plugin's options loads none of them.
@@ -8,7 +9,9 @@ every file, ``summary`` and ``conformance`` render the tables. A run without the
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +23,7 @@ from . import settings
 if TYPE_CHECKING:  # imported where used: a run without --export-check loads none of them
     from .case import Case
     from .options import SessionOptions
+    from .report import CaseLines
     from .results import CaseResult
     from .variants import Variant
 
@@ -46,6 +50,8 @@ class ExportSession:
         self.baseline_messages: list[str] = []
         self.durations: dict[str, float] = {}  # seconds per test id, as pytest-split's --store-durations counts them
         self.deselected: set[str] = set()  # test ids something deselected (-k, tags, a conftest): never judged
+        self.lines: CaseLines | None = None  # the controller's case lines beside --export-report (#23)
+        self._sigterm: tuple[Any] | None = None  # the handler SIGTERM had before this session's
         self._baseline = None
         self._torch_ready = False
         self._cuda: bool | None = None
@@ -155,6 +161,42 @@ class ExportSession:
 
         return judge(result, self.baseline, self.options)
 
+    # ---- a run stopped from outside keeps what it found (issue #23) --------------------------------------
+    @pytest.hookimpl
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """The controller of an --export-check run: SIGTERM ends it as Ctrl-C does (a CI job's timeout sends it;
+        pytest then finishes the session and writes the report), and the case lines are opened."""
+        if self.check and not self.is_worker:
+            if threading.current_thread() is threading.main_thread():
+                self._sigterm = (signal.signal(signal.SIGTERM, self.on_sigterm),)
+            if self.options.report:
+                from .report import CaseLines
+
+                self.lines = CaseLines.for_session(self.options, self.config.invocation_params.args)
+
+    @pytest.hookimpl
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.release_sigterm()  # also where the session ended before its sessionfinish (an internal error)
+        if self.lines is not None:
+            self.lines.close()
+
+    def on_sigterm(self, signum: int, frame: Any) -> None:
+        self.release_sigterm()  # a second SIGTERM ends the process as it would without the plugin
+        raise KeyboardInterrupt("SIGTERM: pytest-export ends the run as Ctrl-C does; the report keeps the cases "
+                                "that finished and says it was interrupted")
+
+    def release_sigterm(self) -> None:
+        """SIGTERM's handler put back as it was (unless someone replaced this session's since)."""
+        if self._sigterm is not None and signal.getsignal(signal.SIGTERM) == self.on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if self._sigterm[0] is None else self._sigterm[0])
+        self._sigterm = None
+
+    def record(self, case: dict[str, Any]) -> None:
+        """A case's result: kept for the report and, on the controller, written to the case lines at once."""
+        self.cases[case["nodeid"]] = case
+        if self.lines is not None:
+            self.lines.write("case", case=case)
+
     # ---- collecting results (controller side; under xdist the reports arrive from workers) ----
     @pytest.hookimpl
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
@@ -168,10 +210,12 @@ class ExportSession:
         marked = getattr(report, "export_case", None)
         if marked and report.when == "setup":
             self.pending[report.nodeid] = marked
+            if self.lines is not None:
+                self.lines.start(report.nodeid)
         results = getattr(report, "export_results", None)
         if results and report.when == "call":
             for r in results:
-                self.cases[r["nodeid"]] = r
+                self.record(r)
             return
         if report.failed and report.nodeid in self.pending and report.nodeid not in self.cases:
             # a worker that died mid-case (xdist reports it with when="???"), or a fixture that failed
@@ -180,10 +224,12 @@ class ExportSession:
             text = str(report.longrepr).strip().splitlines()
             from .results import ERROR, CaseResult
 
-            self.cases[report.nodeid] = CaseResult(
+            self.record(CaseResult(
                 report.nodeid, outcome=ERROR, tags=list(self.pending[report.nodeid].get("tags", [])),
                 error=f"{report.nodeid}: {why}: {text[-1] if text else ''}".rstrip(": "),
-            ).to_json()
+            ).to_json())
+        if report.when not in ("setup", "call") and self.lines is not None:  # teardown, or its worker's crash
+            self.lines.end(report.nodeid, self.durations.get(report.nodeid))
 
     def count_duration(self, report: pytest.TestReport) -> None:
         """A test's wall time as pytest-split records it in ``.test_durations`` (issue #19): its setup, call and
@@ -238,6 +284,7 @@ class ExportSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.release_sigterm()
         if self.is_worker:
             if self.check:
                 # execnet sends builtin types only: anything else crashes the worker here, at session end
@@ -265,7 +312,11 @@ class ExportSession:
             self.baseline_messages += verdict.messages
             if verdict.stale_fails and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        report.write_session(self.options, cases, data, self.torch_version(), self.baseline_messages)
+        stopped = session.exitstatus == pytest.ExitCode.INTERRUPTED  # Ctrl-C, SIGTERM
+        report.write_session(self.options, cases, data, self.torch_version(), self.baseline_messages,
+                             unfinished=(self.lines.unfinished(self.cases) if self.lines else []) if stopped else None)
+        if self.lines is not None:
+            self.lines.close(exitstatus=int(session.exitstatus), interrupted=stopped, cases=len(cases))
 
     def torch_version(self) -> str | None:
         if self.session_data.get("torch"):
@@ -294,7 +345,10 @@ class ExportSession:
             for line in self.baseline_messages:
                 terminalreporter.write_line(line)
         if self.options.report and self.cases:
-            terminalreporter.write_line(f"pytest-export: report written to {self.options.report}")
+            terminalreporter.write_line(f"pytest-export: report written to {self.options.report}"
+                                        + (f" (case lines: {self.lines.path})" if self.lines else ""))
+        if self.lines is not None and self.lines.problem:
+            terminalreporter.write_line(f"pytest-export: case lines: {self.lines.problem}")
 
     def write_conformance(self, terminalreporter: Any) -> None:
         """Cases by tag and stage, and the Core ATen coverage they reach."""
@@ -304,44 +358,23 @@ class ExportSession:
         terminalreporter.write_line(conformance_table(list(self.cases.values()), self.full_data().get("core_ops")))
 
 
-_SCALARS = (bool, int, float, str, bytes)
-
-
 def to_builtins(value: Any, where: str = "workeroutput") -> Any:
-    """``value`` as exact builtin types, for xdist's ``workeroutput``: execnet serializes only those and a
-    subclass (``torch.__version__`` is a ``TorchVersion``, a str subclass) kills the worker with ``DumpError``.
-    Subclasses of builtin scalars become their base type, tuples and sets lists (sets sorted); anything
-    else raises TypeError naming where it is (a bug here, not in the user's tests)."""
-    if value is None or type(value) in _SCALARS:
-        return value
-    for base in _SCALARS:
-        if isinstance(value, base):
-            return base(value)
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if not isinstance(k, (str, int, float, bool)):
-                raise TypeError(f"{where}: key {k!r} ({type(k).__name__}) cannot be sent from an xdist worker")
-            out[to_builtins(k, where)] = to_builtins(v, f"{where}[{k!r}]")
-        return out
-    if isinstance(value, (list, tuple)):
-        return [to_builtins(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, (set, frozenset)):
-        return sorted(to_builtins(v, where) for v in value)
-    raise TypeError(f"{where}: {type(value).__module__}.{type(value).__qualname__} cannot be sent from an xdist "
-                    "worker (execnet sends builtin types only); convert it to str, int, float, list or dict")
+    """``value`` as exact builtin types, for xdist's ``workeroutput`` (see ``results.to_builtins``)."""
+    from .results import to_builtins as builtins
+
+    return builtins(value, where)
 
 
 def prune_scope(config: pytest.Config, session: pytest.Session) -> list[str] | None:
     """Rootdir-relative folders that ran whole, or None for a subset run (``-k``, ``-m``, a file, a test id,
-    ``--export-tags``, ``--lf``, a run stopped early, a shard of pytest-split): the baseline prunes only inside
-    them. A shard gates only what it ran: the other shards' entries are left to the merged report's gate
-    (``python -m pytest_export gate``), which sees them all."""
+    ``--export-tags``, ``--lf``, a run stopped early (``-x``, Ctrl-C, SIGTERM), a shard of pytest-split): the
+    baseline prunes only inside them. A shard gates only what it ran: the other shards' entries are left to the
+    merged report's gate (``python -m pytest_export gate``), which sees them all."""
     opt = config.option
     if ((getattr(opt, "splits", None) or 0) > 1 or getattr(opt, "keyword", "") or getattr(opt, "markexpr", "") or getattr(opt, "deselect", None)
             or getattr(opt, "lf", False) or getattr(opt, "stepwise", False) or getattr(opt, "maxfail", 0)
             or config.getoption("export_tags") or config.getini("export_tags") or session.shouldstop
-            or session.shouldfail):
+            or session.shouldfail or session.exitstatus == pytest.ExitCode.INTERRUPTED):
         return None
     root = Path(config.rootpath)
     scope = []
