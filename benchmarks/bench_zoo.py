@@ -51,7 +51,8 @@ def _prepare(module: Any, args: tuple, kwargs: dict, keywords: dict, result: Any
     from pytest_export.options import SessionOptions, merge
     from pytest_export.probing import in_range_probes, out_of_range_probes, probe_inputs
     from pytest_export.stages.fuzz import value_seed
-    from pytest_export.strategies import build_inputs
+    from pytest_export.strategies import build_inputs, fake_inputs
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     options = merge(SessionOptions(check=True), {k: v for k, v in keywords.items() if k != "tags"})
     ctx = Context(Case(module, args, kwargs), options, "floor", workdir)
@@ -59,36 +60,61 @@ def _prepare(module: Any, args: tuple, kwargs: dict, keywords: dict, result: Any
     ctx.ep = torch.export.export(module, args, kwargs, dynamic_shapes=ctx.export_dynamic_shapes(),
                                  strict=options.strict)
     model = ctx.require_audit().model
+    # the harness ran each probe fake or numeric (issue #23): the floor runs each the same way
+    guards = result.stages.get("guards")
+    modes = {r["probe"]: r.get("mode") for r in (guards.data.get("probe_list", []) if guards is not None else [])}
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+    def inputs(p: Any, builder: Any) -> tuple[str | None, tuple]:
+        mode = modes.get(p.description, "numeric")
+        if mode == "fake":
+            return mode, fake_inputs(fake_mode, model, p.values, args, kwargs, p.override, p.inputs, builder)
+        return mode, probe_inputs(ctx, model, p, builder)
+
     in_range = [p for p in in_range_probes(ctx, model)]
     out_range = [p for p in out_of_range_probes(ctx, model)]
-    probes = [(p, probe_inputs(ctx, model, p, options.input_builder if p.in_range else None))
-              for p in in_range + out_range]
-    boundary = [i for i, (p, _) in enumerate(probes) if p.kind in ("max", "min")] + [
-        i for i, (p, _) in enumerate(probes) if p.kind == "in-range"][:2]
+    probes = [inputs(p, options.input_builder if p.in_range else None) for p in in_range + out_range]
+    boundary = [i for i, p in enumerate(in_range + out_range) if p.kind in ("max", "min")] + [
+        i for i, p in enumerate(in_range + out_range) if p.kind == "in-range"][:2]
     drawn = []
     by_name = {n: v.symbol for v in model.vars for n in v.names}
     fuzz = result.stages.get("fuzz")
     for named in (fuzz.data.get("drawn", []) if fuzz is not None else []):
+        named = dict(named)
+        mode = named.pop("mode", "numeric")
         values = {by_name[n]: size for n, size in named.items() if n in by_name}
-        drawn.append(build_inputs(model, values, args, kwargs, value_seed(values), options.input_builder, named))
-    retrace = [probe_inputs(ctx, model, p, options.input_builder) for p in in_range if p.kind == "in-range"][:4]
-    return {"ds": ctx.export_dynamic_shapes(), "strict": options.strict, "probes": [x for _, x in probes],
-            "boundary": boundary, "drawn": drawn, "retrace": retrace}
+        if mode == "fake":
+            drawn.append((mode, fake_inputs(fake_mode, model, values, args, kwargs, builder=options.input_builder)))
+        elif mode == "numeric":
+            drawn.append((mode, build_inputs(model, values, args, kwargs, value_seed(values), options.input_builder,
+                                             named)))
+    retrace = [inputs(p, options.input_builder) for p in in_range if p.kind == "in-range"][:4]
+    return {"ds": ctx.export_dynamic_shapes(), "strict": options.strict, "probes": probes,
+            "boundary": boundary, "drawn": drawn, "retrace": retrace, "fake_mode": fake_mode}
 
 
 def floor(module: Any, args: tuple, kwargs: dict, prep: dict, workdir: Path) -> float:
     """The same checks, with torch alone."""
     import torch
 
-    def call(fn: Any, a: tuple, k: dict) -> Any:
+    import contextlib
+
+    fake_mode = prep["fake_mode"]
+
+    def call(fn: Any, a: tuple, k: dict, mode: str | None = "numeric") -> Any:
         try:
-            return fn(*a, **k)
+            with fake_mode if mode == "fake" else contextlib.nullcontext():
+                return fn(*a, **k)
         except Exception:  # noqa: BLE001 - a refusal is an outcome, as in the harness
             return None
 
-    def close(x: Any, y: Any) -> None:
+    def close(x: Any, y: Any, mode: str | None = "numeric") -> None:
         try:
-            torch.testing.assert_close(x, y)
+            if mode == "fake":  # shapes and dtypes only, as the harness compares fake runs
+                assert [(t.shape, t.dtype) for t in torch.utils._pytree.tree_leaves(x)] == [
+                    (t.shape, t.dtype) for t in torch.utils._pytree.tree_leaves(y)]
+            else:
+                torch.testing.assert_close(x, y)
         except Exception:  # noqa: BLE001 - the floor compares; a difference is not its concern
             pass
 
@@ -107,18 +133,17 @@ def floor(module: Any, args: tuple, kwargs: dict, prep: dict, workdir: Path) -> 
     close(ep.run_decompositions().module()(*args, **kwargs), ref)
     again = torch.export.export(prog, args, kwargs, dynamic_shapes=prep["ds"], strict=prep["strict"]).module()
     close(again(*args, **kwargs), ref)
-    for a, k in prep["retrace"]:
-        close(call(again, a, k), call(prog, a, k))
-    accepted = []
-    for a, k in prep["probes"]:
-        got = call(prog, a, k)
-        accepted.append(got is not None)
+    for mode, (a, k) in prep["retrace"]:
+        close(call(again, a, k, mode), call(prog, a, k, mode), mode)
+    for mode, (a, k) in prep["probes"]:
+        got = call(prog, a, k, mode)
         if got is not None:
-            close(got, call(module, a, k))
+            close(got, call(module, a, k, mode), mode)
     for i in prep["boundary"]:
-        call(loaded, *prep["probes"][i])
-    for a, k in prep["drawn"]:
-        close(call(prog, a, k), call(module, a, k))
+        mode, (a, k) = prep["probes"][i]
+        call(loaded, a, k, mode)
+    for mode, (a, k) in prep["drawn"]:
+        close(call(prog, a, k, mode), call(module, a, k, mode), mode)
     return time.perf_counter() - t0
 
 

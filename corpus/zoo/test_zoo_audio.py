@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers", reason="the zoo needs transfo
 
 from zoo_inputs import BATCH, MAX_SEQ, seeded, token_ids  # noqa: E402
 
-SAMPLES = Dim("samples", min=40, max=1600)
+SAMPLES = Dim("samples", min=40, max=480_000)  # up to 30 s of 16 kHz audio
 FEATURES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                 conv_dim=(16, 16, 32), conv_kernel=(10, 3, 3), conv_stride=(5, 2, 2),
                 num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, vocab_size=32)

@@ -10,11 +10,11 @@ import pytest
 
 transformers = pytest.importorskip("transformers", reason="the zoo needs transformers: pip install -e '.[zoo]'")
 
-from zoo_inputs import seeded, text_builder, text_inputs, text_shapes  # noqa: E402
+from zoo_inputs import MAX_SEQ, seeded, text_builder, text_inputs, text_shapes  # noqa: E402
 
 VOCAB = 1000
 LLAMA_LIKE = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, use_cache=False)
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=MAX_SEQ, use_cache=False)
 
 
 def _lm(model):
@@ -37,7 +37,7 @@ LM = dict(dynamic_shapes={**text_shapes(), "use_cache": None}, input_builder=_bu
 )
 def test_gpt2():
     seeded()
-    config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=128,
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=MAX_SEQ,
                                      bos_token_id=0, eos_token_id=0, use_cache=False)
     return _lm(transformers.GPT2LMHeadModel(config))
 
@@ -79,7 +79,7 @@ def test_phi():
 def test_opt():
     seeded()
     config = transformers.OPTConfig(vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
-                                    num_attention_heads=2, max_position_embeddings=128, word_embed_proj_dim=32,
+                                    num_attention_heads=2, max_position_embeddings=MAX_SEQ, word_embed_proj_dim=32,
                                     use_cache=False)
     return _lm(transformers.OPTForCausalLM(config))
 
@@ -88,6 +88,6 @@ def test_opt():
 def test_gpt_neox():
     seeded()
     config = transformers.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
-                                        num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=128,
+                                        num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=MAX_SEQ,
                                         rotary_pct=0.5, use_cache=False)
     return _lm(transformers.GPTNeoXForCausalLM(config))

@@ -10,11 +10,11 @@ import pytest
 
 transformers = pytest.importorskip("transformers", reason="the zoo needs transformers: pip install -e '.[zoo]'")
 
-from zoo_inputs import seeded, text_builder, text_inputs, text_shapes  # noqa: E402
+from zoo_inputs import MAX_SEQ, seeded, text_builder, text_inputs, text_shapes  # noqa: E402
 
 VOCAB = 1000
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-             max_position_embeddings=128, vocab_size=VOCAB)
+             max_position_embeddings=MAX_SEQ, vocab_size=VOCAB)
 
 
 @pytest.mark.exportable(dynamic_shapes=text_shapes(), input_builder=text_builder(VOCAB),
@@ -40,7 +40,7 @@ def test_bert_hidden_states():
                         tags=["zoo", "encoder"])
 def test_roberta():
     seeded()
-    config = transformers.RobertaConfig(**{**SMALL, "max_position_embeddings": 130}, pad_token_id=1)
+    config = transformers.RobertaConfig(**{**SMALL, "max_position_embeddings": MAX_SEQ + 2}, pad_token_id=1)
     return transformers.RobertaModel(config).eval(), (), text_inputs(VOCAB, 2, 16, pad=1)
 
 
@@ -48,7 +48,7 @@ def test_roberta():
 def test_distilbert():
     seeded()
     config = transformers.DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=2, hidden_dim=64,
-                                           max_position_embeddings=128)
+                                           max_position_embeddings=MAX_SEQ)
     return transformers.DistilBertModel(config).eval(), (), text_inputs(VOCAB, 2, 16)
 
 

@@ -40,7 +40,7 @@ def test_bart():
     seeded()
     config = transformers.BartConfig(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
                                      encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
-                                     decoder_ffn_dim=64, max_position_embeddings=128, use_cache=False)
+                                     decoder_ffn_dim=64, max_position_embeddings=MAX_SEQ, use_cache=False)
     return transformers.BartForConditionalGeneration(config).eval(), (), _inputs(2, 16, 8)
 
 
@@ -49,6 +49,6 @@ def test_marian():
     seeded()
     config = transformers.MarianConfig(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
                                        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
-                                       decoder_ffn_dim=64, max_position_embeddings=128, pad_token_id=0,
+                                       decoder_ffn_dim=64, max_position_embeddings=MAX_SEQ, pad_token_id=0,
                                        decoder_start_token_id=0, use_cache=False)
     return transformers.MarianMTModel(config).eval(), (), _inputs(2, 16, 8)

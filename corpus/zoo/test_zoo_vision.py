@@ -1,9 +1,9 @@
 """Zoo: image models, random weights from their configs.
 
-Batch is dynamic everywhere. Image size is dynamic where the architecture takes any size: convolutional
-backbones (global pooling at the end), DINOv2 (interpolates its position embeddings), SegFormer, and Swin in
-multiples of its patch size times its window size (2 * 4 = 8 here; one stage, no patch merging: with two
-stages, export alone takes 50 s on 2 cores). ViT and DeiT learn one position embedding per patch of a fixed
+Batch is dynamic everywhere, to 64. Image size is dynamic, to 1,024 px as vision deployments ship, where the
+architecture takes any size: convolutional backbones (global pooling at the end), DINOv2 (interpolates its
+position embeddings), SegFormer, and Swin in multiples of its patch size times its window size (2 * 4 = 8 here;
+one stage, no patch merging: with two stages, export alone takes 50 s on 2 cores). ViT and DeiT learn one position embedding per patch of a fixed
 image size: a deployment declares that size static.
 """
 
@@ -20,12 +20,13 @@ from zoo_inputs import BATCH, seeded  # noqa: E402
 LABELS = 10
 VIT = dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
            intermediate_size=64, num_labels=LABELS)
-H, W = Dim("height", min=32, max=96), Dim("width", min=32, max=96)
+# image sides to 1,024 px, as vision deployments ship them
+H, W = Dim("height", min=32, max=1024), Dim("width", min=32, max=1024)
 BATCH_ONLY = {"pixel_values": {0: BATCH}}
 ANY_SIZE = {"pixel_values": {0: BATCH, 2: H, 3: W}}
-# a stride-32 backbone declared for 64 to 128 px: its last feature map is at least 2x2 (see test_convnext)
-H64, W64 = Dim("height", min=64, max=128), Dim("width", min=64, max=128)
-SWIN_KH, SWIN_KW = Dim("kh", min=4, max=12), Dim("kw", min=4, max=12)  # 32 to 96 px in steps of 8
+# a stride-32 backbone declared for 64 to 1,024 px: its last feature map is at least 2x2 (see test_convnext)
+H64, W64 = Dim("height", min=64, max=1024), Dim("width", min=64, max=1024)
+SWIN_KH, SWIN_KW = Dim("kh", min=4, max=128), Dim("kw", min=4, max=128)  # 32 to 1,024 px in steps of 8
 
 
 def _image(model, size: int = 32, batch: int = 2):

@@ -9,8 +9,9 @@ from __future__ import annotations
 import torch
 from torch.export import Dim
 
-MAX_BATCH = 8
-MAX_SEQ = 64
+# as deployments ship them: batches of 64, sequences to the configs' max_position_embeddings (2,048 here)
+MAX_BATCH = 64
+MAX_SEQ = 2048
 
 BATCH = Dim("batch", min=1, max=MAX_BATCH)
 SEQ = Dim("seq", min=1, max=MAX_SEQ)
