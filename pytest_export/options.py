@@ -70,6 +70,40 @@ XFAIL_SCOPES = ("non-strict", "strict", "cpu", "cuda")
 """Keys of ``xfail`` that hold ``{stage: reason}`` for one tracing mode or device only."""
 
 
+def _reason_problem(value: Any, where: str) -> str | None:
+    """An xfail entry's value: a reason, or ``(reason, "torch<2.14")`` where it holds on some torch versions only."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2 or not isinstance(value[0], str) or not value[0].strip():
+            return f"{where} must be a reason string or a (reason, condition) pair such as (\"reason\", \"torch<2.14\")"
+        problem = condition_problem(value[1])
+        return f"{where} has a bad condition {value[1]!r}: {problem}" if problem else None
+    if not isinstance(value, str) or not value.strip():
+        return f"needs a non-empty reason string for {where}"
+    return None
+
+
+def condition_problem(text: Any) -> str | None:
+    """What is wrong with a torch-version condition (``"torch<2.14"``, ``"torch>=2.13,<2.15"``); None if right."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    if not isinstance(text, str) or not text.strip().startswith("torch"):
+        return "write it as torch followed by version specifiers, e.g. \"torch<2.14\" or \"torch>=2.14\""
+    try:
+        SpecifierSet(text.strip()[len("torch"):].strip())
+    except InvalidSpecifier as exc:
+        return f"{exc}; e.g. \"torch<2.14\""
+    return None
+
+
+def condition_holds(text: str, torch_version: str) -> bool:
+    """Whether ``torch_version`` (``2.13.0+cpu``) meets ``text`` (``torch<2.14``); local labels are ignored."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    spec = SpecifierSet(text.strip()[len("torch"):].strip(), prereleases=True)
+    return Version(torch_version.split("+")[0]) in spec
+
+
 def _is_xfail(v: Any) -> str | None:
     if v is None:
         return None
@@ -82,22 +116,36 @@ def _is_xfail(v: Any) -> str | None:
             for stage, reason in value.items():
                 if stage not in STAGES:
                     return f"[{key!r}] has unknown stage {stage!r}; valid stages: {', '.join(STAGES)}"
-                if not isinstance(reason, str) or not reason.strip():
-                    return f"[{key!r}] needs a non-empty reason string for stage {stage!r}"
+                problem = _reason_problem(reason, f"[{key!r}][{stage!r}]")
+                if problem:
+                    return problem
             continue
         if key not in STAGES:
             return (f"has unknown stage {key!r}; valid stages: {', '.join(STAGES)} (or a mode or device: "
                     f"{', '.join(XFAIL_SCOPES)}, mapping to {{stage: reason}})")
-        if not isinstance(value, str) or not value.strip():
-            return f"needs a non-empty reason string for stage {key!r}"
+        problem = _reason_problem(value, f"stage {key!r}")
+        if problem:
+            return problem
     return None
 
 
-def xfail_for(xfail: dict[str, Any], strict: bool, device: str) -> dict[str, str]:
-    """The ``{stage: reason}`` that holds for one item: the plain entries, then its mode's, then its device's."""
-    out = {k: v for k, v in xfail.items() if k in STAGES}
+def xfail_for(xfail: dict[str, Any], strict: bool, device: str,
+              torch_version: str | None = None) -> dict[str, str]:
+    """The ``{stage: reason}`` that holds for one item: the plain entries, then its mode's, then its device's.
+
+    An entry ``(reason, "torch<2.14")`` holds only where the installed torch meets the condition (issue #25); its
+    reason then names the condition, so the report records which one applied."""
+    entries = {k: v for k, v in xfail.items() if k in STAGES}
     for scope in ("strict" if strict else "non-strict", "cuda" if device.startswith("cuda") else "cpu"):
-        out.update(xfail.get(scope) or {})
+        entries.update(xfail.get(scope) or {})
+    out: dict[str, str] = {}
+    for stage, value in entries.items():
+        if isinstance(value, (tuple, list)):
+            reason, condition = value
+            if torch_version is None or not condition_holds(condition, torch_version):
+                continue
+            value = f"{reason} [{condition.strip()}: torch {torch_version}]"
+        out[stage] = value
     return out
 
 
@@ -173,7 +221,8 @@ KEYWORDS: dict[str, Keyword] = {
         ),
         Keyword("tags", _is_tags, "str | list[str]", (), "labels for selection with --export-tags and grouping in tables"),
         Keyword(
-            "xfail", _is_xfail, "dict {stage: reason} (also per mode/device: {'strict': {stage: reason}}) | None", None,
+            "xfail", _is_xfail, "dict {stage: reason or (reason, 'torch<2.14')} (also per mode/device: "
+            "{'strict': {stage: reason}}) | None", None,
             "stages expected to fail; a stage that passes anyway is a strict XPASS failure",
         ),
         Keyword("examples", _is_positive_int, "int >= 0 | None", None, "fuzz examples for this case (default: --export-examples)"),

@@ -25,7 +25,9 @@ def _usable(ctx: Context, name: str) -> bool:
     """Whether a later stage may build on stage ``name``: it passed, it is not in this run, it was left out on
     request (``--export-skip-stages compare`` skips compare only), or its product exists although it did not pass."""
     status = ctx.result.stage_status(name)
-    return status in (PASSED, None) or name in ctx.usable or (status == SKIPPED and name in ctx.options.skip_stages)
+    # an unexpected pass (XPASS) is a pass: later stages run and report what they find (issue #25)
+    return (status in (PASSED, XPASSED, None) or name in ctx.usable
+            or (status == SKIPPED and name in ctx.options.skip_stages))
 
 
 def _run_stage(ctx: Context, stage: Stage, started: list[float]) -> StageResult:
@@ -54,13 +56,21 @@ def _run_stage(ctx: Context, stage: Stage, started: list[float]) -> StageResult:
     # a failed export's draft-export diagnosis is reported as its own time (`diagnosis_s`), not as export's
     out.duration = time.perf_counter() - t0 - float(out.data.get("diagnosis_s") or 0.0)
     # an xfail entry expects a *failure*: an error is never expected (issue #18)
-    reason = xfail_for(ctx.options.xfail, ctx.options.strict, ctx.options.device).get(stage.name)
+    reason = xfail_for(ctx.options.xfail, ctx.options.strict, ctx.options.device, _torch_version()).get(stage.name)
     if reason is not None:
         if out.status == FAILED:
             out.status, out.message = XFAILED, f"expected failure ({reason}): {out.message}"
         elif out.status == PASSED:
-            out.status, out.message = XPASSED, f"XPASS(strict): expected to fail ({reason}) but passed; remove the xfail entry"
+            out.status, out.message = XPASSED, (
+                f"XPASS(strict): expected to fail ({reason}) but passed on torch {_torch_version()}; remove the xfail "
+                "entry, or keep it for older torch as (reason, \"torch<X.Y\")")
     return out
+
+
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
 
 
 _TIMEOUT_WARNED: list[str] = []  # said once per process where --export-timeout cannot be enforced

@@ -13,7 +13,9 @@ import pytest
 
 _KEEP = ("torch", "functorch", "sympy", "mpmath", "hypothesis", "xdist", "execnet", "filelock", "jinja2", "markupsafe",
          "networkx", "fsspec", "typing_extensions", "pytest_export", "numpy", "transformers", "tokenizers",
-         "safetensors", "regex", "yaml")
+         "safetensors", "regex", "yaml",
+         # torch's CUDA wheels load triton lazily (strict export, inductor); its C extension cannot load twice
+         "triton")
 
 
 class _KeepTorchSnapshot(_pytester.SysModulesSnapshot):
