@@ -43,6 +43,10 @@ class FuzzModel:
     # per flat input: per axis, (sympy expr or int); for int inputs: key None
     shapes: dict[int, dict[int | None, Any]]
     symbols: dict[str, Any]  # symbol name -> sympy symbol
+    # fresh symbol -> the program's symbol, where export tied axes the declaration keeps independent (issue #24)
+    ties: dict[str, str] = dataclasses.field(default_factory=dict)
+    # guards export kept between symbols, one of which promises no range: draws stay inside them (issue #24)
+    relations: list[Any] = dataclasses.field(default_factory=list)
 
     def sizes(self, values: dict[str, int]) -> dict[int, dict[int | None, int]]:
         subs = {self.symbols[v.symbol]: values[v.symbol] for v in self.vars}
@@ -50,6 +54,31 @@ class FuzzModel:
         for flat, axes in self.shapes.items():
             out[flat] = {ax: (int(e) if isinstance(e, int) else int(e.xreplace(subs))) for ax, e in axes.items()}
         return out
+
+    def allowed(self, values: dict[str, int]) -> bool:
+        """Whether ``values`` keep the relations export kept for symbols that promise no range."""
+        if not self.relations:
+            return True
+        import sympy
+
+        subs = {self.symbols[k]: sympy.Integer(v) for k, v in values.items() if k in self.symbols}
+        try:
+            return all(bool(r.xreplace(subs)) for r in self.relations)
+        except TypeError:  # a relation over a symbol the values leave open: no limit known
+            return True
+
+    def fit(self, values: dict[str, int], keep: Any = ()) -> dict[str, int] | None:
+        """``values``, or, where they break a kept relation, an assignment that keeps it by moving only symbols
+        that promise no range, other than those in ``keep`` (to their example size, then their min); None where
+        none does."""
+        if self.allowed(values):
+            return values
+        free = [v for v in self.vars if not v.promised and v.symbol not in keep]
+        for pick in (lambda v: v.example, lambda v: v.lo):
+            moved = {**values, **{v.symbol: pick(v) for v in free}}
+            if self.allowed(moved):
+                return moved
+        return None
 
     def example_values(self) -> dict[str, int]:
         return {v.symbol: v.example for v in self.vars}
@@ -123,6 +152,7 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
             shapes[i] = {ax: _expr(s) for ax, s in enumerate(v.shape)}
         elif isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool):
             shapes[i] = {None: _expr(v)}
+    model_shapes, ties = _untie(decl, shapes)
     symbols: dict[str, Any] = {}
     ranges: dict[str, list] = {}
     names: dict[str, list[str]] = {}
@@ -178,6 +208,9 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
         rows.append(row)
         if sym is None:
             continue
+        # the symbol fuzzing draws: the program's, or a fresh one where export tied axes the declaration does not
+        e = model_shapes[ax.flat][ax.dim]
+        sym = next(iter(e.free_symbols))
         row_symbols[-1] = str(sym)
         symbols[str(sym)] = sym
         # The declaration is the promise: a promised range is drawn and probed whole, whatever export kept (what
@@ -195,8 +228,9 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
             lo, hi = achieved if achieved else (max(root.min, 2), root.max)
             lo = max(lo, r_lo)
             hi = r_hi if hi is None else (hi if r_hi is None else min(hi, r_hi))
-            if ax.dim is not None and e == sym:
-                lo = max(lo, 2)  # sizes 0 and 1 are specialized by design; `guards` probes them (warnings)
+            if e == sym:
+                # sizes 0 and 1 are specialized by design, int inputs' too (issue #24); `guards` probes them (warnings)
+                lo = max(lo, 2)
         key = str(sym)
         prev = ranges.get(key)
         if prev:
@@ -230,7 +264,59 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
         peers = [lbl for lbl in by_sym.get(str(row.get("achieved")), []) if lbl != ax.label]
         if peers:
             row["equal_to"] = peers
-    return Audit(rows, failures, warnings, FuzzModel(out_vars, shapes, symbols), errors, row_symbols, row_axes)
+    unpromised = {s for s, p in promised.items() if not p}
+    model = FuzzModel(out_vars, model_shapes, symbols, ties, _relations(ep, symbols, unpromised))
+    return Audit(rows, failures, warnings, model, errors, row_symbols, row_axes)
+
+
+def _relations(ep: Any, symbols: dict[str, Any], unpromised: set[str]) -> list[Any]:
+    """The guards export kept between symbols where one of them promises no range (issue #24: an int input
+    declared ``Dim.AUTO`` used as ``x[:n]`` keeps ``n <= x.shape[0]``): what export kept, inside which such a
+    symbol is drawn. A relation between promised symbols only is no limit on the draws: a refusal there is a
+    finding."""
+    from .guardsource import shape_env_of
+
+    env = shape_env_of(ep)
+    known = set(symbols.values())
+    out: list[Any] = []
+    for guard in getattr(env, "guards", []) if env is not None else []:
+        free = getattr(guard.expr, "free_symbols", set())
+        if len(free) >= 2 and free <= known and any(str(s) in unpromised for s in free) and guard.expr not in out:
+            out.append(guard.expr)
+    return out
+
+
+def _untie(decl: Declaration, shapes: dict[int, dict[int | None, Any]]) -> tuple[dict, dict[str, str]]:
+    """The shapes fuzzing draws from, and the ties export made that the declaration does not (issue #24).
+
+    The declaration is the promise: axes of different roots are independent where each root promises its own
+    range (a named Dim, or a hint with bounds written on it). Where export made such axes one symbol (an
+    ``if x.shape[0] == y.shape[0]:`` branch), each further root gets a fresh symbol, so that unequal sizes inside
+    both ranges are drawn and probed; ``ties`` maps each fresh symbol to the program's. A bare ``Dim.AUTO`` promises
+    nothing and follows the symbol export gave it; AdditionalInputs roots follow their examples."""
+    import sympy
+
+    model = {flat: dict(axes) for flat, axes in shapes.items()}
+    roots_of: dict[Any, list[str]] = {}
+    for ax in decl.axes:
+        e = shapes.get(ax.flat, {}).get(ax.dim)
+        root = decl.roots[ax.root]
+        if e is None or isinstance(e, int) or len(e.free_symbols) != 1:
+            continue
+        if root.kind in ("dim", "auto", "dynamic") and (root.kind == "dim" or root.bounded):
+            sym = next(iter(e.free_symbols))
+            if ax.root not in roots_of.setdefault(sym, []):
+                roots_of[sym].append(ax.root)
+    ties: dict[str, str] = {}
+    for sym, roots in roots_of.items():
+        for i, name in enumerate(roots[1:], 1):
+            fresh = sympy.Symbol(f"{sym}_{i}", integer=True, positive=True)
+            ties[str(fresh)] = str(sym)
+            for ax in decl.axes_of(name):
+                e = model.get(ax.flat, {}).get(ax.dim)
+                if e is not None and not isinstance(e, int) and sym in e.free_symbols:
+                    model[ax.flat][ax.dim] = e.xreplace({sym: fresh})
+    return model, ties
 
 
 def _root_range_in_symbol(e: Any, sym: Any, root: Root, ax: Axis) -> tuple[int, int | None] | None:

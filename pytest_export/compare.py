@@ -101,17 +101,62 @@ def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
             and a.shape == b.shape and not a.is_quantized and not b.is_quantized and bool(torch.equal(a, b)))
 
 
+def _kids(spec: Any) -> list[Any]:
+    return list(spec.children()) if hasattr(spec, "children") else list(spec.children_specs)
+
+
+def _node_type(spec: Any) -> Any:
+    # torch.Size is a tuple of ints: export returns it as a plain tuple, equal to eager's (issue #24)
+    return tuple if spec.type is torch.Size else spec.type
+
+
+def same_structure(a: Any, e: Any) -> bool:
+    """Whether two ``TreeSpec``s have the same structure, ``torch.Size`` and ``tuple`` alike."""
+    if a.is_leaf() or e.is_leaf():
+        return a.is_leaf() and e.is_leaf()
+    if _node_type(a) is not _node_type(e) or len(_kids(a)) != len(_kids(e)):
+        return False
+    if a.context != e.context and _node_type(a) is not tuple:
+        return False
+    return all(same_structure(x, y) for x, y in zip(_kids(a), _kids(e)))
+
+
+def _describe_node(spec: Any) -> str:
+    if spec.is_leaf():
+        return "a leaf"
+    kind = spec.context if isinstance(spec.context, type) else spec.type  # a namedtuple's class is its context
+    name = getattr(kind, "__qualname__", str(kind))
+    n = len(_kids(spec))
+    if isinstance(spec.context, (list, tuple)) and spec.context and spec.type is not tuple:
+        return f"{name} with keys {list(spec.context)!r}"
+    return f"{name} of {n} entr{'y' if n == 1 else 'ies'}"
+
+
+def structure_difference(a: Any, e: Any, where: str = "") -> str | None:
+    """Where and how two ``TreeSpec``s first differ (the node's type, its length or its keys), as ``path: the
+    program gives X, eager gives Y``; None where they agree."""
+    if same_structure(a, e):
+        return None
+    if a.is_leaf() or e.is_leaf() or _node_type(a) is not _node_type(e) or len(_kids(a)) != len(
+            _kids(e)) or (a.context != e.context and _node_type(a) is not tuple):
+        return f"{where or 'the root'}: exported gives {_describe_node(a)}, eager gives {_describe_node(e)}"
+    keys = list(a.context) if isinstance(a.context, (list, tuple)) and len(a.context) == len(_kids(a)) \
+        else list(range(len(_kids(a))))
+    for key, x, y in zip(keys, _kids(a), _kids(e)):
+        found = structure_difference(x, y, f"{where}[{key!r}]")
+        if found:
+            return found
+    return f"{where or 'the root'}: exported gives {pytree.treespec_pprint(a)}, eager gives {pytree.treespec_pprint(e)}"
+
+
 def compare_trees(actual: Any, expected: Any, *, rtol: float | None = None, atol: float | None = None,
                   root: str = "output") -> dict[str, float]:
     """Compare every leaf; raise Mismatch listing each bad path, else return the max abs/rel errors."""
     a_leaves, a_spec = pytree.tree_flatten_with_path(actual)
     e_leaves, e_spec = pytree.tree_flatten_with_path(expected)
-    if a_spec != e_spec:
-        raise Mismatch(
-            f"{root}: structure differs: exported gives {pytree.treespec_pprint(a_spec)}, "
-            f"eager gives {pytree.treespec_pprint(e_spec)}",
-            [{"path": root, "message": "structure differs"}],
-        )
+    if not same_structure(a_spec, e_spec):
+        raise Mismatch(f"{root}: structure differs at {structure_difference(a_spec, e_spec, root)}",
+                       [{"path": root, "message": "structure differs"}])
     errors: list[dict[str, Any]] = []
     worst_abs = worst_rel = 0.0
     for (path, a), (_, e) in zip(a_leaves, e_leaves):

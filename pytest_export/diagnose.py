@@ -112,6 +112,132 @@ def refined_dynamic_shapes(exc: BaseException, dynamic_shapes: Any) -> Any | Non
     return refine_dynamic_shapes_from_suggested_fixes(msg, dynamic_shapes)
 
 
+# what a program's input checks raise (guards, input constraints, runtime asserts on sizes)
+_REFUSALS = ("Guard failed", "Expected input", "to be equal to", "to be <=", "to be >=", "is outside of",
+             "Runtime assertion failed")
+MAX_REFINE = 3  # rounds of pasting torch's suggestion back and refining it again
+
+
+def checked_fix(fixed: Any, module: Any, args: tuple, kwargs: dict, strict: bool) -> dict[str, Any]:
+    """torch's corrected spec used as a user would (issue #24: torch's own suggestion for torchvision's ``r3d_18``
+    fails when pasted back): exported again, refined again while export answers with new suggested fixes (at most
+    ``MAX_REFINE`` rounds), and the program it gives probed at the bounds of every range it keeps. Only a spec
+    that passes all that is ``dynamic_shapes_fix``; otherwise ``dynamic_shapes_fix_problem`` says why, beside
+    torch's own suggestion (``dynamic_shapes_fix_torch``)."""
+    from .modstate import python_state, restore_python_state
+
+    torch_text = to_python(fixed)
+    spec, rounds = fixed, 0
+    while True:
+        before = python_state(module)
+        try:
+            a, k = _copies(args, kwargs)
+            ep = torch.export.export(module, a, k, dynamic_shapes=spec, strict=strict)
+            break
+        except Exception as err:  # noqa: BLE001 - a suggestion that does not export is not offered
+            again = refined_dynamic_shapes(err, spec) if rounds < MAX_REFINE else None
+            if again is None:
+                first = describe(err).rstrip(".")
+                return {"dynamic_shapes_fix_torch": torch_text, "dynamic_shapes_fix_problem":
+                        f"torch's suggested fix fails when pasted back: export raises {first}"}
+            spec, rounds = again, rounds + 1
+        finally:
+            restore_python_state(module, before)  # tracing runs forward: the attributes it set are put back
+    refused = refused_sizes(ep, args, kwargs, module)
+    text = torch_text if rounds == 0 else to_python(spec)
+    if refused:
+        return {"dynamic_shapes_fix_torch": text, "dynamic_shapes_fix_problem":
+                "pasted back, torch's suggested fix exports, but its program refuses sizes inside its own ranges: "
+                + ", ".join(refused[:6]) + " (no single Dim expresses what the program accepts there)"}
+    out: dict[str, Any] = {"dynamic_shapes_fix": text, "dynamic_shapes_fix_checked": True}
+    if rounds:
+        out["dynamic_shapes_fix_torch"] = torch_text
+        out["dynamic_shapes_fix_note"] = (f"torch's own suggestion failed when pasted back; refined {rounds} more "
+                                          f"time{'s' if rounds > 1 else ''} until it exported")
+    return out
+
+
+def describe(err: BaseException) -> str:
+    from .util import describe_exception
+
+    return describe_exception(err, 300).splitlines()[0]
+
+
+def _input_path(module: Any, path: tuple) -> str:
+    """A flat input's path as the user names it: ``x``, ``x['mask']``, ``args[2]``."""
+    import inspect
+
+    import torch.utils._pytree as pytree
+
+    top, rest = path[1], pytree.keystr(path[2:])
+    if path[0].idx == 1:
+        return f"{top.key}{rest}"
+    try:
+        names = [n for n, p in inspect.signature(module.forward).parameters.items()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError, AttributeError):
+        names = []
+    return (names[top.idx] if top.idx < len(names) else f"args[{top.idx}]") + rest
+
+
+def _copies(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), (tuple(args), dict(kwargs)))
+
+
+def refused_sizes(ep: Any, args: tuple, kwargs: dict, module: Any = None) -> list[str]:
+    """Sizes inside the ranges ``ep`` keeps that its module refuses, probed with fake tensors at each range's
+    bounds and their neighbours (the other sizes at the example's), as ``name=size: why``."""
+    import torch.utils._pytree as pytree
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    keyed, spec = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))
+    flat = [leaf for _, leaf in keyed]
+    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    vals = [nodes[s.arg.name].meta.get("val") if getattr(s.arg, "name", None) in nodes else None
+            for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    if len(vals) != len(flat):
+        return []
+    hints: dict[Any, int] = {}
+    labels: dict[Any, str] = {}
+    for (path, leaf), val in zip(keyed, vals):
+        sizes = list(val.shape) if isinstance(val, torch.Tensor) else [val]
+        actual = list(leaf.shape) if isinstance(leaf, torch.Tensor) else [leaf]
+        for j, (s, n) in enumerate(zip(sizes, actual)):
+            if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol:
+                hints[s.node.expr] = int(n)
+                where = _input_path(module, path)
+                labels.setdefault(s.node.expr, f"{where}.shape[{j}]" if isinstance(val, torch.Tensor) else where)
+    out: list[str] = []
+    module = ep.module()
+    for sym, vr in ep.range_constraints.items():
+        if sym not in hints:
+            continue
+        lo, hi = max(_finite(vr.lower) or 0, 2), _finite(vr.upper)
+        for size in sorted({lo, lo + 1} | ({hi - 1, hi} if hi is not None else set())):
+            if hi is not None and not lo <= size <= hi:
+                continue
+            values = {**hints, sym: size}
+            mode = FakeTensorMode(allow_non_fake_inputs=True)
+            new = []
+            with mode:
+                for leaf, val in zip(flat, vals):
+                    if isinstance(val, torch.Tensor):
+                        shape = [int(d.node.expr.xreplace(values)) if isinstance(d, torch.SymInt) else int(d)
+                                 for d in val.shape]
+                        new.append(torch.empty(shape, dtype=leaf.dtype, device=leaf.device))
+                    else:
+                        new.append(int(val.node.expr.xreplace(values)) if isinstance(val, torch.SymInt) else leaf)
+                a, k = pytree.tree_unflatten(new, spec)
+                try:
+                    module(*a, **k)
+                except Exception as err:  # noqa: BLE001 - a refusal inside the kept range, or a limit of fakes
+                    if any(r in str(err) for r in _REFUSALS):
+                        out.append(f"{labels[sym]}={size} ({describe(err)})")
+    return out
+
+
 # ---- printing a dynamic_shapes spec as Python ---------------------------------------------------
 
 def _finite(v: Any) -> int | None:
@@ -191,7 +317,7 @@ def diagnose(exc: BaseException, module: Any, args: tuple, kwargs: dict, dynamic
             try:
                 fixed = refined_dynamic_shapes(exc, dynamic_shapes)
                 if fixed is not None:
-                    out["dynamic_shapes_fix"] = to_python(fixed)
+                    out.update(checked_fix(fixed, module, args, kwargs, strict))
             except Exception as err:  # noqa: BLE001 - building the fix fails in some torch versions (FACTS)
                 out["dynamic_shapes_fix_error"] = describe_exception(err, 500)
             try:
@@ -232,6 +358,12 @@ def diagnosis_text(d: dict[str, Any]) -> str:
     if d.get("dynamic_shapes_fix"):
         lines.append("corrected dynamic_shapes (refine_dynamic_shapes_from_suggested_fixes); paste back:")
         lines += ["    " + ln for ln in d["dynamic_shapes_fix"].splitlines()]
+        if d.get("dynamic_shapes_fix_checked"):
+            note = f"; {d['dynamic_shapes_fix_note']}" if d.get("dynamic_shapes_fix_note") else ""
+            lines.append(f"  (checked: it exports again and its program takes the bounds of its ranges{note})")
+    elif d.get("dynamic_shapes_fix_problem"):
+        lines.append(f"  no corrected dynamic_shapes to paste: {d['dynamic_shapes_fix_problem']}; torch suggested:")
+        lines += ["    " + ln for ln in d.get("dynamic_shapes_fix_torch", "").splitlines()]
     elif d.get("dynamic_shapes_fix_error"):
         lines.append(f"  (could not build the corrected dynamic_shapes: {d['dynamic_shapes_fix_error'].splitlines()[0]})")
     return "\n".join(lines) if len(lines) > 1 else ""

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch
 import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
 
-from .compare import compare_trees
+from .compare import compare_trees, same_structure, structure_difference
 from .modstate import StateKeeper, python_state, restore_python_state
 from .options import CaseOptions
 
@@ -80,13 +80,13 @@ def shape_mismatch(actual: Any, expected: Any, root: str = "output") -> str | No
     be fake tensors); None where they agree."""
     a_leaves, a_spec = pytree.tree_flatten_with_path(actual)
     e_leaves, e_spec = pytree.tree_flatten_with_path(expected)
-    if a_spec != e_spec:
+    if not same_structure(a_spec, e_spec):
         a_keys = [pytree.keystr(k) for k, _ in a_leaves]
         e_keys = [pytree.keystr(k) for k, _ in e_leaves]
         if len(a_keys) != len(e_keys):
             return (f"{root} structure differs: the program gives {len(a_keys)} leaves, eager {len(e_keys)} "
                     f"(program: {', '.join(a_keys[:6]) or 'none'}; eager: {', '.join(e_keys[:6]) or 'none'})")
-        return f"{root} structure differs: the program gives {a_spec.type}, eager gives {e_spec.type}"
+        return f"{root} structure differs at {structure_difference(a_spec, e_spec, root)}"
     for (path, a), (_, e) in zip(a_leaves, e_leaves):
         where = f"{root}{pytree.keystr(path)}"
         if isinstance(a, torch.Tensor) != isinstance(e, torch.Tensor):
@@ -99,6 +99,45 @@ def shape_mismatch(actual: Any, expected: Any, root: str = "output") -> str | No
         elif isinstance(a, (int, float, bool, str)) and isinstance(e, (int, float, bool, str)) and a != e:
             return f"{where}: {a!r} from the program, {e!r} from eager"
     return None
+
+
+def _unreproducible(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return f"tensor of shape {tuple(x.shape)}, dtype {x.dtype} (fed by random ops: values not compared)"
+    return f"{type(x).__name__} (fed by random ops: not compared)"
+
+
+def _mask(tree: Any, flags: Any) -> Any:
+    leaves, spec = pytree.tree_flatten(tree)
+    flags = list(flags)
+    if len(flags) != len(leaves):  # the leaves do not map onto the program's outputs: none is held to values
+        flags = [True] * len(leaves)
+    return pytree.tree_unflatten([_unreproducible(x) if f else x for x, f in zip(leaves, flags)], spec)
+
+
+def without_random(obs: Observation, random: dict[str, Any]) -> Observation:
+    """``obs`` with every value the program's random ops feed (``ops.random_outputs``) reduced to its shape and
+    dtype, for a backend whose random stream is not eager's (issue #24): structure, shapes, dtypes and every
+    deterministic value are still compared; the rest cannot be reproduced, so it is not called wrong."""
+    if not random.get("ops"):
+        return obs
+    user = random.get("user") or []
+    outputs = _mask(obs.outputs, user) if any(user) else obs.outputs
+    inputs = obs.inputs
+    if random.get("inputs"):
+        count = len(pytree.tree_leaves(inputs))
+        inputs = _mask(inputs, [i in random["inputs"] for i in range(count)])
+    buffers = {n: _unreproducible(b) if n in random.get("buffers", ()) else b for n, b in obs.buffers.items()}
+    return Observation(outputs, inputs, buffers, obs.python_changes, obs.python_per_call)
+
+
+def random_note(random: dict[str, Any], backend: str) -> str:
+    """What ``without_random`` left uncompared, and why: empty where the program has no random op."""
+    if not random.get("ops"):
+        return ""
+    n = sum(random.get("user") or []) + len(random.get("buffers") or ()) + len(random.get("inputs") or ())
+    return (f"{n} value{'s' if n != 1 else ''} fed by random ops ({', '.join(random['ops'])}) compared by structure, "
+            f"shape and dtype only: {backend}'s random stream is not eager's")
 
 
 @contextlib.contextmanager
@@ -117,5 +156,6 @@ def python_change_text(change: dict[str, Any]) -> str:
     return f"`{change['path']}` (was {change['was']}, now {change['now']})"
 
 
-__all__ = ["Observation", "RUN_SEED", "clone_inputs", "seed_all", "observe", "compare_observations", "shape_mismatch",
+__all__ = ["Observation", "RUN_SEED", "without_random", "random_note", "clone_inputs", "seed_all", "observe",
+           "compare_observations", "shape_mismatch",
            "preserved_python_state", "python_change_text"]

@@ -24,17 +24,81 @@ def _counted(op: object) -> bool:
     return not op_name(op).startswith(_IGNORED_PREFIXES)
 
 
+# Higher-order ops that carry an op as their first argument: a mutating custom op is functionalized into
+# ``auto_functionalized_v2(op, ...)`` (issue #24); ``with_effects(token, op, ...)`` carries it second.
+_WRAPPERS = {"auto_functionalized": 0, "auto_functionalized_v2": 0, "with_effects": 1}
+
+
+def _targets(node) -> list[object]:
+    """The ops a call node runs: its target, or the op a wrapper higher-order op carries."""
+    at = _WRAPPERS.get(str(getattr(node.target, "__name__", "")))
+    if at is not None and len(node.args) > at and isinstance(node.args[at], torch._ops.OpOverload):
+        return [node.args[at]]
+    return [node.target]
+
+
 def program_ops(ep) -> dict[str, bool]:
-    """{op name: is core} over the program's graph and every subgraph (cond/map/while_loop bodies)."""
+    """{op name: is core} over the program's graph and every subgraph (cond/map/while_loop bodies), the ops that
+    wrapper higher-order ops carry included (a mutating custom op inside ``auto_functionalized_v2``)."""
     found: dict[str, bool] = {}
     for gm in ep.graph_module.modules():
         graph = getattr(gm, "graph", None)
         if not isinstance(graph, torch.fx.Graph):
             continue
         for node in graph.nodes:
-            if node.op == "call_function" and _counted(node.target):
-                found[op_name(node.target)] = is_core(node.target)
+            if node.op != "call_function":
+                continue
+            for target in _targets(node):
+                if _counted(target):
+                    found[op_name(target)] = is_core(target)
     return dict(sorted(found.items()))
+
+
+def _random_op(target: object) -> bool:
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
+
+
+def _graph_is_random(gm: object) -> bool:
+    graph = getattr(gm, "graph", None)
+    if not isinstance(graph, torch.fx.Graph):
+        return False
+    return any(n.op == "call_function" and any(_random_op(t) for t in _targets(n)) for n in graph.nodes) or any(
+        _graph_is_random(sub) for sub in getattr(gm, "children", lambda: [])())
+
+
+def random_outputs(ep) -> dict[str, object]:
+    """What of the program's results its random ops feed (issue #24: a backend with its own random stream, as
+    Inductor's and each device's are, cannot reproduce them): ``ops``, the random ops (``nondeterministic_seeded``);
+    ``user``, per user output in order, whether it depends on one; ``buffers``, the buffers and ``inputs``, the
+    user inputs (by position among them) that forward mutates with such values."""
+    gm = ep.graph_module
+    random: set[object] = set()
+    ops: set[str] = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        own = [op_name(t) for t in _targets(node) if _random_op(t)]
+        subgraphs = [getattr(gm, a.target, None) for a in node.all_input_nodes if a.op == "get_attr"]
+        if own or any(_graph_is_random(sub) for sub in subgraphs):
+            ops.update(own or [str(getattr(node.target, "__name__", node.target))])
+            random.add(node)
+        elif any(a in random for a in node.all_input_nodes):
+            random.add(node)
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    results = list(out_node.args[0]) if isinstance(out_node.args[0], (list, tuple)) else [out_node.args[0]]
+    user_inputs = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    user: list[bool] = []
+    buffers: set[str] = set()
+    inputs: set[int] = set()
+    for spec, value in zip(ep.graph_signature.output_specs, results):
+        hit = isinstance(value, torch.fx.Node) and value in random
+        if spec.kind.name == "USER_OUTPUT":
+            user.append(hit)
+        elif hit and spec.kind.name == "BUFFER_MUTATION":
+            buffers.add(spec.target)
+        elif hit and spec.kind.name == "USER_INPUT_MUTATION" and spec.target in user_inputs:
+            inputs.add(user_inputs.index(spec.target))
+    return {"ops": sorted(ops), "user": user, "buffers": buffers, "inputs": inputs}
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,4 +154,4 @@ def _resolve(name: str):
         return None
 
 
-__all__ = ["op_facts", "program_ops", "is_core", "all_core_ops", "countable_core_ops", "op_name"]
+__all__ = ["op_facts", "program_ops", "random_outputs", "is_core", "all_core_ops", "countable_core_ops", "op_name"]

@@ -22,40 +22,53 @@ def has_small_size(ctx: Context, model: Any, values: dict[str, int]) -> bool:
                for flat, axes in sizes.items() for dim, size in axes.items() if dim is not None)
 
 
-def in_range_problem(ctx: Context, got: Verdict, inputs: Sized | tuple, kwargs: dict | None = None, at: str = "",
-                     wrong: str | None = None, small: bool = False) -> str | None:
-    """What is wrong with the program's verdict on an in-range input: refused or raised, eager raising
-    (the declaration promises more than the model supports), or an output unlike eager's (values where the probe
-    ran numeric; structure, shape and dtype where it ran fake); None if right, or not checked.
+REFUSED_IN_RANGE, WRONG_IN_RANGE = "refused-in-range", "wrong-in-range"
+EAGER_RAISED_IN_RANGE = "eager-raised-in-range"  # the model itself: the declaration promises more than it supports
 
-    ``small``: the input puts a dynamic axis at size 0 or 1. Where eager itself raises there, it is not the
-    program's fault: recorded in ``ctx.eager_rejects``, no failure (issue #18).
+
+class Problem(str):
+    """A finding on an in-range probe, with its signature in ``kind``: ``refused-in-range`` (the program refused
+    or raised where eager runs), ``eager-raised-in-range`` (eager raises there too: the declaration promises more
+    than the model supports, or the inputs need a builder; no fault of the program), ``wrong-in-range``."""
+
+    kind: str
+
+    def __new__(cls, text: str, kind: str) -> "Problem":
+        out = super().__new__(cls, text)
+        out.kind = kind
+        return out
+
+
+def in_range_problem(ctx: Context, got: Verdict, inputs: Sized | tuple, kwargs: dict | None = None, at: str = "",
+                     wrong: str | None = None, small: bool = False) -> Problem | None:
+    """What is wrong with the program's verdict on an in-range input: refused or raised where eager runs, eager
+    raising (the declaration promises more than the model supports), or an output unlike eager's (values where
+    the probe ran numeric; structure, shape and dtype where it ran fake); None if right, or not checked.
+
+    Eager is asked whatever the program did (issue #24): a size the model itself cannot take is never blamed on
+    the program. ``small``: the input puts a dynamic axis at size 0 or 1; where eager itself raises there, it is
+    recorded in ``ctx.eager_rejects``, no failure (issue #18).
     """
     if got.status == UNCHECKED:
         return None
     where = f" {at}" if at else ""
     how = " (fake tensors: shapes and guards)" if got.mode == FAKE else ""
-    want: Verdict | None = None
-    if got.status != ACCEPTED:
-        if small:
-            want = run_eager(ctx, inputs, kwargs)
-            if want.status != ACCEPTED:
-                _eager_rejects(ctx, where, want)
-                return None
-        what = "refused" if got.status == REFUSED else "raised on"
-        return f"the program {what} in-range sizes{where}{how}: {got.message}"
     want = run_eager(ctx, inputs, kwargs)
-    if want.status == UNCHECKED:
-        return None
-    if want.status != ACCEPTED:
+    if want.status not in (ACCEPTED, UNCHECKED):
         if small:
             _eager_rejects(ctx, where, want)
             return None
-        return (f"eager raised on in-range sizes{where}{how} (the declared range is wider than the model supports, "
-                f"or the case needs an input_builder): {want.message}")
+        also = "" if got.status == ACCEPTED else f", as the program {'refused' if got.status == REFUSED else 'did'}"
+        return Problem(f"eager raised on in-range sizes{where}{how}{also} (the declared range is wider than the "
+                       f"model supports, or the case needs an input_builder): {want.message}", EAGER_RAISED_IN_RANGE)
+    if got.status != ACCEPTED:
+        what = "refused" if got.status == REFUSED else "raised on"
+        return Problem(f"the program {what} in-range sizes{where}{how}: {got.message}", REFUSED_IN_RANGE)
+    if want.status == UNCHECKED:
+        return None
     bad = mismatch(ctx, got.observation, want.observation, fake=FAKE in (got.mode, want.mode))
     if bad:
-        return f"{wrong or f'accepted but wrong at in-range sizes{where}'}{how}:\n{bad}"
+        return Problem(f"{wrong or f'accepted but wrong at in-range sizes{where}'}{how}:\n{bad}", WRONG_IN_RANGE)
     return None
 
 
@@ -63,6 +76,31 @@ def _eager_rejects(ctx: Context, where: str, want: Verdict) -> None:
     note = f"eager itself raises at{where or ' these sizes'} ({want.message.splitlines()[0][:200]}): not the program's fault"
     if note not in ctx.eager_rejects:
         ctx.eager_rejects.append(note)
+
+
+def blame(ctx: Context, model: FuzzModel, values: dict[str, int], ep: Any = None) -> list[str]:
+    """The symbols whose change makes the program refuse ``values`` (issue #24), each varied alone from an
+    accepted point: first from the example's sizes (a symbol refused there on its own is the cause); where no
+    change alone is refused (a relation between them, ``batch * seq <= N``), each symbol whose reset to the
+    example's size makes ``values`` accepted. A size eager itself cannot take is no refusal of the program."""
+    ep = ctx.ep if ep is None else ep
+    base = model.example_values()
+    moved = [v.symbol for v in model.vars if values.get(v.symbol) != base.get(v.symbol)]
+    if len(moved) <= 1:
+        return moved
+
+    def verdict(point: dict[str, int]) -> tuple[str, Any]:
+        probe = sized(ctx, model, point, record=False)
+        return run_program(ctx, ep, probe).status, probe
+
+    def refused(point: dict[str, int]) -> bool:
+        status, probe = verdict(point)
+        return status in (REFUSED, RAISED) and run_eager(ctx, probe).status == ACCEPTED
+
+    alone = [s for s in moved if refused({**base, s: values[s]})]
+    if alone:
+        return alone
+    return [s for s in moved if verdict({**values, s: base[s]})[0] == ACCEPTED] or moved
 
 
 PROBE_SEED = 1234
@@ -114,7 +152,9 @@ def in_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
     out: list[Probe] = []
 
     def add(values: dict[str, int], kind: str = "in-range") -> None:
-        if values not in seen:
+        # inside the relations export kept for dims that promise no range (issue #24), moving only those dims
+        values = model.fit(values, keep={s for s, x in values.items() if x != base.get(s)})
+        if values is not None and values not in seen:
             seen.append(values)
             out.append(Probe(_describe(model, values), values, {}, kind))
 
@@ -186,7 +226,8 @@ def out_of_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
             out.append(Probe(f"{names}={v.hi + 1} (max {v.hi} + 1)", {**base, v.symbol: v.hi + 1}, {}, "max"))
         if v.lo - 1 >= 2:
             out.append(Probe(f"{names}={v.lo - 1} (min {v.lo} - 1)", {**base, v.symbol: v.lo - 1}, {}, "min"))
-        plain = [(f, d) for f, d, e in axes_of.get(v.symbol, []) if d is not None and e == model.symbols[v.symbol]]
+        # an int input's 0 and 1 too: export specializes them as it does sizes (issue #24)
+        plain = [(f, d) for f, d, e in axes_of.get(v.symbol, []) if e == model.symbols[v.symbol]]
         if plain and len(plain) == len(axes_of.get(v.symbol, [])):
             for small in (0, 1):
                 if small < v.lo and not (small == 0 and v.zero):
@@ -244,5 +285,6 @@ def out_of_range_inputs(ctx: Context) -> list[tuple[str, Sized]]:
 
 __all__ = ["ACCEPTED", "REFUSED", "RAISED", "UNCHECKED", "Verdict", "Sized", "Probe", "plan_for", "sized", "spread",
            "largest_numeric", "fake_limit", "run_program", "run_eager", "mismatch",
-           "has_small_size", "in_range_problem", "in_range_probes", "out_of_range_probes", "probe_inputs",
+           "has_small_size", "in_range_problem", "blame", "Problem", "REFUSED_IN_RANGE", "WRONG_IN_RANGE",
+           "EAGER_RAISED_IN_RANGE", "in_range_probes", "out_of_range_probes", "probe_inputs",
            "in_range_inputs", "out_of_range_inputs"]

@@ -30,15 +30,19 @@ def assignments(model: FuzzModel):
     """A dict symbol -> size for every variable (empty when every axis is static)."""
     from hypothesis import strategies as st
 
-    return st.fixed_dictionaries({v.symbol: size_strategy(v) for v in model.vars})
+    drawn = st.fixed_dictionaries({v.symbol: size_strategy(v) for v in model.vars})
+    if not model.relations:
+        return drawn
+    # inside the relations export kept for dims that promise no range (issue #24)
+    return drawn.map(model.fit).filter(lambda values: values is not None)
 
 
 def boundary_assignments(model: FuzzModel) -> list[dict[str, int]]:
     """The explicit examples run before any random one: all at min, all at max, the example's sizes."""
     out: list[dict[str, int]] = []
     for pick in (lambda v: v.lo, lambda v: v.hi, lambda v: v.example):
-        a = {v.symbol: pick(v) for v in model.vars}
-        if a not in out:
+        a = model.fit({v.symbol: pick(v) for v in model.vars})
+        if a is not None and a not in out:
             out.append(a)
     return out
 

@@ -24,8 +24,8 @@ STAGE_MODULES = [f"stages.{name}" for name in ORDER]
 LAYERS: list[list[str]] = [
     # plain helpers and torch glue with no package imports
     ["util", "modstate", "ops", "timeout", "torchlog", "cost"],
-    # the vocabulary: options and keywords, the result model, draft-export diagnosis
-    ["options", "results", "diagnose", "guardsource"],
+    # the vocabulary: options and keywords, the result model, a run's scope, draft-export diagnosis
+    ["options", "results", "scope", "diagnose", "guardsource"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance)
     ["case", "compare", "baseline", "tags", "variants", "conformance"],
     # the declaration, one observed forward call, session settings, the gate, text summaries
@@ -35,6 +35,8 @@ LAYERS: list[list[str]] = [
     ["strategies", "context"],
     ["sizing"],
     ["probing"],
+    # the declaration a failing program really accepts, checked before it is offered
+    ["fixes"],
     # the stages, one module each, and their registry
     STAGE_MODULES,
     ["stages"],

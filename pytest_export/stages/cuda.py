@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..compare import Mismatch, compare_trees
+from ..compare import Mismatch, compare_trees, same_structure
 from ..context import Context, Stage, StageFailure
-from ..observe import Observation, clone_inputs, observe
+from ..observe import Observation, clone_inputs, observe, random_note, without_random
+from ..ops import random_outputs
 from ..torchlog import quiet_trace_logs
 from ..util import describe_exception
 
@@ -60,7 +61,7 @@ def compare_across_devices(device_obs: Observation, cpu_obs: Observation, rtol: 
         got, want = to_cpu(got), to_cpu(want)
         g_leaves, g_spec = pytree.tree_flatten_with_path(got)
         w_leaves, w_spec = pytree.tree_flatten_with_path(want)
-        if g_spec != w_spec:
+        if not same_structure(g_spec, w_spec):
             compare_trees(got, want, root=root)  # raises the structure mismatch
         for (path, g), (_, w) in zip(g_leaves, w_leaves):
             if isinstance(w, torch.Tensor):
@@ -105,14 +106,22 @@ def run(ctx: Context) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001
         raise StageFailure(f"the program exported on cpu raised on the example inputs: {describe_exception(exc)}")
     dev_obs = ctx.program_on(ctx.ep, ctx.case.args, ctx.case.kwargs)
+    # values fed by random ops: each device has its own random stream, so they are held to their structure,
+    # shapes and dtypes only, never called wrong (issue #24)
+    random = random_outputs(ctx.ep)
+    note = random_note(random, ctx.options.device)
+    dev_obs, cpu_obs = without_random(dev_obs, random), without_random(cpu_obs, random)
     try:
         worst = compare_across_devices(dev_obs, cpu_obs, ctx.options.rtol, ctx.options.atol)
     except Mismatch as exc:
         raise StageFailure(f"the program exported on {ctx.options.device} disagrees with the one exported on cpu:\n"
                            f"{exc}", errors=exc.errors, **exc.worst())
-    return {"device": ctx.options.device, "cpu_export_s": round(export_s, 4), **worst,
+    data = {"device": ctx.options.device, "cpu_export_s": round(export_s, 4), **worst,
             "message": f"{ctx.options.device} program matches the cpu program (max abs error "
-                       f"{worst['max_abs_error']:.3g})"}
+                       f"{worst['max_abs_error']:.3g})" + (f"; {note}" if note else "")}
+    if note:
+        data.update(random_ops=random["ops"], not_compared=note)
+    return data
 
 
 def _enabled(ctx: Context) -> bool:

@@ -16,7 +16,8 @@ from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
 from ..strategies import BuilderError, assignments, boundary_assignments, shapes_of
-from ..probing import UNCHECKED, has_small_size, in_range_problem, plan_for, run_program, sized
+from ..probing import (REFUSED_IN_RANGE, UNCHECKED, WRONG_IN_RANGE, blame, has_small_size, in_range_problem, plan_for,
+                       run_program, sized)
 from ..util import describe_exception, plural
 
 _BLOB = re.compile(r"reproduce_failure\(\s*'[^']*'\s*,\s*b'([^']+)'\s*\)")
@@ -86,7 +87,7 @@ def run(ctx: Context) -> dict[str, Any]:
                 *probe.real(), ctx.declaration.paths)
             state["failed"].append(dict(values))
             state["failure"] = {"sizes": named, "symbols": dict(values), "shapes": shapes, "seed": seed,
-                                "error": problem, "program": got.status, "mode": got.mode}
+                                "error": str(problem), "program": got.status, "mode": got.mode, "kind": problem.kind}
             raise FuzzFailure(problem)
 
     # Boundaries first, run here and not as @example: Hypothesis does not shrink a failing explicit example,
@@ -251,14 +252,13 @@ def _report(ctx: Context, state: dict[str, Any], exc: BaseException, boundary: b
     msg = (f"fuzzing failed after {plural(state['runs'], 'example')}; smallest failing sizes: {sizes}\n"
            f"input shapes: {shapes}\n{found.get('error', '')}\n{replay}")
     refused = found.get("program") not in (None, "accepted")
-    if refused and found.get("symbols"):
-        # one case, one story: the audit table shows the axes whose in-range sizes the program refused
-        base = ctx.audit().model.example_values()
-        for symbol, value in found["symbols"].items():
-            if value != base.get(symbol):
-                ctx.mark_refused(symbol, found["symbols"])
-    return StageFailure(msg, kind="refused-in-range" if refused else "wrong-in-range", examples=state["runs"],
-                        counterexample=found)
+    kind = found.pop("kind", None) or (REFUSED_IN_RANGE if refused else WRONG_IN_RANGE)
+    if kind == REFUSED_IN_RANGE and found.get("symbols"):
+        # one case, one story: the audit table shows the axes whose in-range sizes the program refused, each
+        # blamed only where its own change is refused (issue #24)
+        for symbol in blame(ctx, ctx.audit().model, found["symbols"]):
+            ctx.mark_refused(symbol, found["symbols"])
+    return StageFailure(msg, kind=kind, examples=state["runs"], counterexample=found)
 
 
 STAGE = Stage("fuzz", run, needs=("eager", "export", "compare"))

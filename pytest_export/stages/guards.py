@@ -14,16 +14,15 @@ probed, and "accepted but wrong" there is a warning.
 
 from __future__ import annotations
 
-import math
-import re
 from typing import Any
 
 from ..context import Context, Stage, StageFailure
-from ..audit import kept_range
+from ..fixes import check, propose, tie_lines
 from ..guardsource import refusing_guards
 from ..util import plural
-from ..probing import (ACCEPTED, FAKE, RAISED, UNCHECKED, has_small_size, in_range_probes, in_range_problem,
-                       mismatch, out_of_range_probes, run_eager, run_program, sized)
+from ..probing import (ACCEPTED, EAGER_RAISED_IN_RANGE, FAKE, RAISED, REFUSED_IN_RANGE, UNCHECKED, blame,
+                       has_small_size, in_range_probes, in_range_problem, mismatch, out_of_range_probes, run_eager,
+                       run_program, sized)
 
 
 def _one_line(text: str, limit: int = 400) -> str:
@@ -41,10 +40,10 @@ def run(ctx: Context) -> dict[str, Any]:
     warnings: list[str] = []
     records: list[dict[str, Any]] = []
     probes = in_range_probes(ctx, model) + out_of_range_probes(ctx, model)
-    base = model.example_values()
     verdicts: list[str] = []
     refused_in: dict[str, list[tuple[int, str]]] = {}  # in-range sizes the program refused, per symbol
     accepted_in: dict[str, set[int]] = {}
+    eager_moved: set[str] = set()  # symbols moved by probes where eager itself raised
     inputs = [sized(ctx, model, p.values, p) for p in probes]
     for probe, probe_in in zip(probes, inputs):
         got = run_program(ctx, ctx.ep, probe_in)
@@ -62,12 +61,14 @@ def run(ctx: Context) -> dict[str, Any]:
                 if probe.kind == "zero":
                     warnings.append(problem)
                     continue
-                failures.append((problem, "refused-in-range" if got.status != ACCEPTED else "wrong-in-range"))
-                if got.status != ACCEPTED and probe.kind == "in-range":
-                    moved = [v for v in model.vars if probe.values.get(v.symbol) != base.get(v.symbol)]
-                    for v in moved if len(moved) == 1 else []:
-                        ctx.mark_refused(v.symbol, probe.values)
-                        refused_in.setdefault(v.symbol, []).append((probe.values[v.symbol], got.message))
+                failures.append((problem, problem.kind))
+                if problem.kind == EAGER_RAISED_IN_RANGE:
+                    eager_moved.update(s for s, x in probe.values.items() if x != model.example_values().get(s))
+                if problem.kind == REFUSED_IN_RANGE and probe.kind == "in-range":
+                    # the axis whose own change the program refuses, varied one at a time from the example
+                    for symbol in blame(ctx, model, probe.values):
+                        ctx.mark_refused(symbol, probe.values)
+                        refused_in.setdefault(symbol, []).append((probe.values[symbol], got.message))
             elif probe.kind == "in-range":
                 for v in model.vars:
                     accepted_in.setdefault(v.symbol, set()).add(probe.values.get(v.symbol))
@@ -127,65 +128,27 @@ def run(ctx: Context) -> dict[str, Any]:
             if culprits and not any(c in f for f, _ in failures for c in culprits):  # not named by the audit
                 failures.append((f"where: {'/'.join(v.names)}={size} is refused by "
                                  + "; ".join(culprits), "refused-in-range"))
-    fix = suggested_fix(ctx, model, refused_in, accepted_in)
-    if fix:
-        data["dynamic_shapes_fix"] = fix
-        failures.append((f"fix: what the program really accepts, ready to paste (or make the model accept the "
-                         f"declared range):\n{fix}", failures[0][1] if failures else "refused-in-range"))
+    kind = failures[0][1] if failures else REFUSED_IN_RANGE
+    labels: dict[str, list[str]] = {}
+    for row, sym in zip(audit.rows, audit.row_symbols):
+        labels.setdefault(str(sym), []).append(row["input"] if row["axis"] is None else
+                                               f"{row['input']}.shape[{row['axis']}]")
+    failures += [(line, kind) for line in tie_lines(model, refused_in, labels, eager_moved)]
+    fixes = propose(ctx, model, refused_in, accepted_in)
+    if fixes:
+        # a fix is offered ready to paste only once it exported and its program took every probed size (issue #24)
+        checked = check(ctx, model, fixes)
+        if checked.ready:
+            data["dynamic_shapes_fix"] = "\n".join(f.source for f in fixes)
+        else:
+            data["fix_problem"] = checked.text
+        failures.append((checked.text, kind))
     if failures:
         raise StageFailure("\n".join(f"- {f}" for f, _ in failures), kind=failures[0][1], **data)
     modes = f" ({data['modes']['numeric']} numeric, {data['modes']['fake']} fake)" if data["modes"]["fake"] else ""
     data["message"] = (f"{plural(len(probes), 'probe')}{modes}: {accepted} accepted, {data['refused']} refused"
                        + (f", {raised} raised inside" if raised else "") + (f", {unchecked} not checked" if unchecked else ""))
     return data
-
-
-def suggested_fix(ctx: Context, model: Any, refused: dict[str, list[tuple[int, str]]],
-                  accepted: dict[str, set[int]]) -> str:
-    """The ``Dim`` definitions that match what the program accepted, for each declared dim it refused sizes of:
-    the range narrowed to the accepted sizes around the example, or, where a guard demands a multiple
-    (``... % 4 == 0``), a derived dim (``b = 4 * _b``). Source to paste over the declared ``Dim``."""
-    lines = []
-    for v in model.vars:
-        bad = refused.get(v.symbol)
-        if not bad or not v.names or len(v.names) != 1:
-            continue
-        ok = sorted(x for x in accepted.get(v.symbol, set()) | {v.example} if x is not None)
-        name = re.sub(r"\W", "_", v.names[0]).strip("_") or "d"  # a hint's root is named by its axis path
-        multiple = _multiple(msg for _, msg in bad)
-        below = [x for x, _ in bad if x < v.example]
-        above = [x for x, _ in bad if x > v.example]
-        lo = min((x for x in ok if x > max(below)), default=v.example) if below else v.lo
-        hi = max((x for x in ok if x < min(above)), default=v.example) if above else (None if v.unbounded else v.hi)
-        kept = kept_range(ctx.ep, model.symbols[v.symbol])  # the program's own bounds, where they sit between the probes
-        if kept and below and max(below) < kept[0] < lo:
-            lo = kept[0]
-        if kept and above and kept[1] is not None and hi is not None and hi < kept[1] < min(above):
-            hi = kept[1]
-        if multiple:
-            # the refusals are the guard's demand for whole multiples: the declared range, in multiples
-            lo, hi = max(v.lo, 1), (None if v.unbounded else v.hi)
-            k_lo, k_hi = -(-lo // multiple), (hi // multiple if hi is not None else None)
-            bounds = f"min={k_lo}" + (f", max={k_hi}" if k_hi is not None else "")
-            lines.append(f"_{name} = Dim('_{name}', {bounds})\n{name} = {multiple} * _{name}")
-        else:
-            bounds = f"min={lo}" + (f", max={hi}" if hi is not None else "")
-            lines.append(f"{name} = Dim('{name}', {bounds})")
-    return "\n".join(lines)
-
-
-def _multiple(messages: Any) -> int | None:
-    """``N`` of a refusing guard of the form ``... % N == 0`` (a reshape that needs whole groups of N)."""
-    for msg in messages:
-        m = re.search(r"% (\d+) == 0", msg or "")
-        if m:
-            n = int(m.group(1))
-            # the guard is on the axis expression (``2 * x.size()[0] % 4``): the dim itself needs n / gcd
-            coeff = re.search(r"(\d+) \* \w+\.size\(\)\[\d+\] % ", msg)
-            if coeff:
-                n //= math.gcd(n, int(coeff.group(1)))
-            return n if n > 1 else None
-    return None
 
 
 STAGE = Stage("guards", run, needs=("eager", "export", "compare"))
