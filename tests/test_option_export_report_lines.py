@@ -270,7 +270,9 @@ def test_sigterm_ends_the_run_as_ctrl_c_with_a_report_marked_interrupted(pyteste
     lines = pytester.path / "report.jsonl"
     wait_until_second_case_runs(proc, out, lines)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 2, out.read_text()  # pytest's exit status for an interrupted run
+    # pytest's exit status for an interrupted run; on a loaded machine the interrupt can land after pytest's own
+    # handler, and the interpreter then reports it as a death by SIGINT: either way the run did not pass
+    assert proc.wait(timeout=120) in (2, -signal.SIGINT), out.read_text()
     text = out.read_text()
     assert "KeyboardInterrupt: SIGTERM: pytest-export ends the run as Ctrl-C does" in text
     assert "pytest-export: report written to report.json" in text  # the session finished: summary, report
