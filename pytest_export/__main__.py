@@ -7,6 +7,7 @@ outside left: a partial report); imports no torch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -19,6 +20,7 @@ from .gate import judge_report
 from .options import SessionOptions, UsageError
 from .report import (build_report, lines_path, load_report, partial_text, write_json_atomic, write_summary_md,
                      write_text_atomic)
+from .scope import Scope
 from .summary import coverage_line, coverage_summary, stage_table
 from .util import markdown_table, plural, text_table
 
@@ -49,7 +51,8 @@ def _load(path: str, status: int = 1) -> dict[str, Any]:
 def merge_reports(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) -> tuple[dict[str, Any], list[str]]:
     """One report from the reports of shards; a case in two shards keeps the later one (with a warning). It is
     ``partial`` where one of them is (a run stopped from outside), with the cases they were running when it
-    stopped (``unfinished``) that no other report holds."""
+    stopped (``unfinished``) that no other report holds, or where a pytest-split group has no finished report.
+    Its ``scope`` is theirs merged (``Scope.merged``)."""
     cases: dict[str, dict[str, Any]] = {}
     origin: dict[str, str] = {}
     warnings: list[str] = []
@@ -70,7 +73,12 @@ def merge_reports(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) 
     if total:
         cov = {"core_ops_total": total, **cov}
     partial = [r for r in reports if r.get("partial") or r.get("interrupted")]
-    out = build_report(merged, torch_versions[-1] if torch_versions else None, partial=bool(partial), coverage=cov)
+    # what the runs covered, merged (#24): the groups of a split add up; a merge short of one is partial
+    scopes = [Scope.from_json(r["scope"]) if "scope" in r else None for r in reports]
+    scope = Scope.merged(scopes) if any(s is not None for s in scopes) else None
+    missing = bool(scope and scope.missing_groups)
+    out = build_report(merged, torch_versions[-1] if torch_versions else None, partial=bool(partial) or missing,
+                       coverage=cov, **({"scope": scope.to_json()} if scope else {}))
     unfinished = sorted({n for r in partial for n in r.get("unfinished") or () if n not in cases})
     if unfinished:
         out["unfinished"] = unfinished
@@ -159,11 +167,6 @@ def gate(report_path: str, baseline_path: str, *, warn_stale: bool = False, mark
     A partial report (a run stopped from outside, or its case lines: issue #23) never passes: its cases are
     judged, and the entries of the cases it lacks are left alone (neither stale nor confirmed)."""
     report = _load(report_path, USAGE_ERROR)
-    problem = _malformed_case(report)
-    if problem:
-        print(f"pytest-export: {report_path}: {problem}; write it with pytest --export-check --export-report PATH",
-              file=sys.stderr)
-        return USAGE_ERROR
     try:
         base = bl.load(baseline_path, option="--baseline")
     except UsageError as exc:
@@ -171,7 +174,11 @@ def gate(report_path: str, baseline_path: str, *, warn_stale: bool = False, mark
         return USAGE_ERROR
     options = SessionOptions(check=True, baseline=baseline_path, baseline_warn_stale=warn_stale)
     partial = partial_text(report, report_path)
-    verdict = judge_report(base, report["cases"], options, whole=partial is None)
+    # the in-run gate's scope, recorded in the report (#24); a report written before scopes were is a whole run
+    scope = Scope.from_json(report["scope"]) if "scope" in report else Scope()
+    if partial:  # a partial report lacks cases of its run: none of its entries is gone
+        scope = dataclasses.replace(scope, stopped=scope.stopped or "the report is partial")
+    verdict = judge_report(base, report["cases"], options, scope)
     n = verdict.counts
     found = ["the report is partial"] if partial else []
     found += [plural(n["new"], "case with a new failure or non-core op", "cases with a new failure or non-core op"),
@@ -192,18 +199,6 @@ def gate(report_path: str, baseline_path: str, *, warn_stale: bool = False, mark
     if md_path:
         write_summary_md(md_path, report, [*head, *verdict.messages, line], append=append)
     return 1 if verdict.failed or partial else 0
-
-
-def _malformed_case(report: dict[str, Any]) -> str | None:
-    """What the gate cannot read in a report's cases (a hand-edited or truncated file), or None."""
-    for i, case in enumerate(report["cases"]):
-        if not isinstance(case, dict) or not isinstance(case.get("nodeid"), str):
-            return f"cases[{i}] is not a case (an object with a \"nodeid\")"
-        stages = case.get("stages", {})
-        if not isinstance(stages, dict) or not all(isinstance(s, dict) and isinstance(s.get("status"), str)
-                                                   for s in stages.values()):
-            return f"cases[{i}] ({case['nodeid']}): \"stages\" must map a stage to an object with a \"status\""
-    return None
 
 
 def durations(report_paths: Sequence[str], output: str) -> int:
@@ -290,8 +285,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path, report in zip(paths, reports):
             if partial_text(report, path):
                 print(partial_text(report, path))
+        short = merged["partial"] and not any(partial_text(r) for r in reports)  # a pytest-split group is missing
+        if short:
+            print(partial_text(merged, args.output))
         print(f"merged {len(paths)} reports ({len(merged['cases'])} cases) into {args.output}"
-              + (" (partial: a report it merges is partial)" if merged["partial"] else ""))
+              + (" (partial: a pytest-split group has no finished report)" if short else
+                 " (partial: a report it merges is partial)" if merged["partial"] else ""))
         return 0
     if args.command == "gate":
         return gate(args.report, args.baseline, warn_stale=args.warn_stale, markdown=args.markdown)

@@ -4,9 +4,9 @@ failure's signature) and of the ops outside Core ATen that survive decomposition
 A failure not in the baseline fails the run, and so does a listed stage that now fails differently (another
 signature); a baseline entry that now passes is stale and fails the run too. Only ``failed`` stages are
 baselined: an ``error`` (the harness could not decide: a timeout, a crashed worker, a case that could not be
-built) is never recorded and never expected. ``--export-baseline-update`` rewrites the file, pruning entries of
-cases that did not run only inside the part of the suite that ran whole (a ``-k`` or single-file run prunes
-nothing).
+built) is never recorded and never expected. ``--export-baseline-update`` rewrites the file, pruning the entries
+of cases that are gone: cases the run had every chance to see and did not (``scope.Scope.covers``; a ``-k`` or
+single-file run prunes nothing, nor does a skipped, deselected or ignored test).
 
 Plain Python over the report's case dicts; no torch, no pytest.
 """
@@ -14,12 +14,16 @@ Plain Python over the report's case dicts; no torch, no pytest.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import re
-from typing import Any, Collection, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable
 
-from .options import UsageError
+from .options import ORDER, UsageError
+
+if TYPE_CHECKING:
+    from .scope import Scope
 
 BASELINE_VERSION = 2  # written; version 1 ({stage: reason}, no signature) is still read
 READABLE_VERSIONS = (1, 2)
@@ -87,6 +91,12 @@ def load(path: str | os.PathLike, *, missing_ok: bool = False, option: str = "--
                              "fix it or recreate it with --export-baseline-update")
         out[nodeid] = {}
         for stage, value in stages.items():
+            if stage not in ORDER and stage != CASE_STAGE:  # a hand-edited typo would never match (#24)
+                close = difflib.get_close_matches(stage, ORDER, n=1)
+                raise UsageError(f"{where}: failures[{nodeid!r}][{stage!r}]: no stage is called {stage!r}"
+                                 + (f" (did you mean {close[0]!r}?)" if close else "")
+                                 + f"; the stages are {', '.join(ORDER)}; fix the entry or recreate the "
+                                 "file with --export-baseline-update")
             entry = _read_entry(value, version)
             if entry is None:
                 raise UsageError(f"{where}: failures[{nodeid!r}][{stage!r}] must be "
@@ -183,41 +193,36 @@ def judge(case: dict[str, Any], baseline: Baseline) -> dict[str, Any]:
     return {k: v for k, v in verdict.items() if v}
 
 
-def in_scope(nodeid: str, scope: Iterable[str] | None, excluded: Collection[str] = ()) -> bool:
-    """Whether a case lies in the part of the suite that ran whole (``scope``: rootdir-relative folders) and the
-    run did not deselect it (``excluded``)."""
-    if scope is None or nodeid in excluded:
-        return False
-    path = nodeid.split("::")[0]
-    return any(d in ("", ".") or path == d or path.startswith(d.rstrip("/") + "/") for d in scope)
+def _covered(scope: Scope | None, ran: Collection[str]) -> Callable[[str], bool]:
+    """Whether a case that is not in ``ran`` is gone: the run had every chance to see it (``Scope.covers``)."""
+    return lambda nodeid: nodeid not in ran and scope is not None and scope.covers(nodeid)
 
 
-def session_stale(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: list[str] | None,
-                  excluded: Collection[str] = ()) -> list[str]:
-    """Entries no case of this run can confirm although their whole part of the suite ran: cases that are gone,
-    and non-core ops no case carries any more."""
+def session_stale(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: Scope | None) -> list[str]:
+    """Entries no case of this run can confirm although the run had every chance to see their cases: cases that
+    are gone, and non-core ops no case carries any more (``scope`` None: a subset run, where nothing is gone)."""
     cases = list(cases)
     ran = {c["nodeid"] for c in cases}
+    gone = _covered(scope, ran)
     out = [f"{nodeid} [{', '.join(sorted(stages))}]: the case did not run (removed or renamed?)"
-           for nodeid, stages in sorted(baseline.failures.items())
-           if nodeid not in ran and in_scope(nodeid, scope, excluded)]
+           for nodeid, stages in sorted(baseline.failures.items()) if gone(nodeid)]
     carried = {op for c in cases for op in non_core_of(c)}
     for op, owners in sorted(baseline.non_core_ops.items()):
-        if op not in carried and owners and all(in_scope(n, scope, excluded) or n in ran for n in owners):
+        if op not in carried and owners and all(gone(n) or n in ran for n in owners):
             out.append(f"non-core op {op}: no case carries it after decomposition any more")
     return out
 
 
-def updated(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: list[str] | None,
-            excluded: Collection[str] = ()) -> Baseline:
-    """The baseline this run implies: cases that ran get their current failures (``failed`` stages only);
-    cases that did not run keep their entries unless they lie in the part of the suite that ran whole.
-    Legacy ``case`` entries (case-level errors, version 1) are dropped: an error is never expected."""
+def updated(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: Scope | None) -> Baseline:
+    """The baseline this run implies: cases that ran get their current failures (``failed`` stages only); cases
+    that did not run keep their entries unless they are gone (see ``session_stale``). Legacy ``case`` entries
+    (case-level errors, version 1) are dropped: an error is never expected."""
     cases = list(cases)
     ran = {c["nodeid"] for c in cases}
+    gone = _covered(scope, ran)
     new = Baseline()
     for nodeid, stages in baseline.failures.items():
-        if nodeid not in ran and not in_scope(nodeid, scope, excluded):
+        if nodeid not in ran and not gone(nodeid):
             kept = {s: dict(e) for s, e in stages.items() if s != CASE_STAGE}
             if kept:
                 new.failures[nodeid] = kept
@@ -226,7 +231,7 @@ def updated(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: list[str
         if f:
             new.failures[c["nodeid"]] = f
     for op, owners in baseline.non_core_ops.items():
-        kept_owners = [n for n in owners if n not in ran and not in_scope(n, scope, excluded)]
+        kept_owners = [n for n in owners if n not in ran and not gone(n)]
         if kept_owners:
             new.non_core_ops[op] = kept_owners
     for c in cases:
@@ -236,4 +241,4 @@ def updated(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: list[str
 
 
 __all__ = ["Baseline", "load", "judge", "failures_of", "errors_of", "signature_of", "changed_text",
-           "session_stale", "updated", "in_scope", "CASE_STAGE", "BASELINE_VERSION"]
+           "session_stale", "updated", "CASE_STAGE", "BASELINE_VERSION"]

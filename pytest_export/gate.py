@@ -5,7 +5,8 @@
 mode) and whether stale entries fail the session. The marker and the ``export_check`` fixture both go through
 ``judge`` (``session.settle`` applies its action), so a case is gated the same way however it was checked.
 ``judge_report`` applies both, once, to the cases of a whole run's report (the merged report of CI shards,
-``python -m pytest_export gate``), so that gate has the same rules and messages as the in-run one.
+``python -m pytest_export gate``), so that gate has the same rules and messages as the in-run one. Both finish
+over the run's ``scope.Scope``, the one record of what it covered (issue #24).
 
 Plain Python over results and the report's case dicts; no torch, no pytest.
 """
@@ -13,15 +14,17 @@ Plain Python over results and the report's case dicts; no torch, no pytest.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Collection
+from typing import TYPE_CHECKING, Any, Sequence
 
 from . import baseline as bl
 from .results import BAD, XFAILED, CaseResult
+from .scope import Scope
 
 if TYPE_CHECKING:
     from .options import SessionOptions
 
 FAIL, XFAIL, WARN, PASS = "fail", "xfail", "warn", "pass"
+MARKED = "xfailed by @pytest.mark.xfail: "  # an end-of-run line of a test pytest's own xfail mark covers
 
 
 def judge(result: CaseResult, base: bl.Baseline | None, options: SessionOptions) -> tuple[str, str]:
@@ -45,13 +48,18 @@ def judge(result: CaseResult, base: bl.Baseline | None, options: SessionOptions)
         return FAIL, error_text(result, errors)
     if base is None:
         return (FAIL, result.failure_text()) if result.failed else (PASS, "")
+    # a strict XPASS (the marker's xfail= on a stage that passes) is no failure to record: it fails, also in
+    # update mode (#24), until the xfail entry is removed
+    xpassed = result.outcome == "failed" and any(s.status == "xpassed" for s in result.stages.values())
     if options.baseline_update:
         now = bl.failures_of(case)
+        if xpassed:
+            return FAIL, result.failure_text()
         return (XFAIL, "recorded in the baseline: " + stages_text(
             {s: e["reason"] for s, e in now.items()})) if now else (PASS, "")
     if verdict.get("new") or verdict.get("new_non_core"):
         return FAIL, _new_text(result, verdict, base, options.baseline)
-    if result.outcome == "failed" and any(s.status == "xpassed" for s in result.stages.values()):
+    if xpassed:
         return FAIL, result.failure_text()
     if verdict.get("stale"):
         text = (f"stale: remove it: baseline {options.baseline} expects {stages_text(verdict['stale'])} to fail, "
@@ -105,27 +113,39 @@ class Finish:
     stale_fails: bool = False
 
 
-def finish(base: bl.Baseline, cases: list[dict[str, Any]], scope: list[str] | None,
-           options: SessionOptions, excluded: Collection[str] = ()) -> Finish:
-    """The session's baseline verdict over every case (``scope``: the folders that ran whole, or None;
-    ``excluded``: test ids the run deselected, out of scope wherever they lie)."""
+def finish(base: bl.Baseline, cases: list[dict[str, Any]], scope: Scope | Sequence[str] | None,
+           options: SessionOptions) -> Finish:
+    """The session's baseline verdict over every case. ``scope``: what the run covered (``scope.Scope``: where a
+    case that did not run is gone, which tests pytest's own xfail mark covers, whether the run stopped early), or
+    the folders that ran whole (None: a subset run)."""
+    scope = Scope.of(scope)
     out = Finish()
+
+    def line(case: dict[str, Any], text: str, kind: str) -> str:
+        # pytest's own xfail mark turns the failure of its test into an xfail: said, but it fails nothing (#24)
+        mark = scope.xfail_of(case["nodeid"])
+        return f"{MARKED}{text}" if mark and not mark.get("raises") else f"{kind}{text}"
+
     # errors fail their items whatever the baseline says; list them here too, so the summary explains why
     # an update did not record them and a gate run did not expect them
-    errors = [f"error (never baselined): {c['nodeid']} [{', '.join(bl.errors_of(c))}]: the harness could not "
-              "decide; fix what stopped it and rerun" for c in sorted(cases, key=lambda c: c["nodeid"])
-              if bl.errors_of(c)]
+    errors = [line(c, f"{c['nodeid']} [{', '.join(bl.errors_of(c))}]: the harness could not decide; fix what "
+                      "stopped it and rerun", "error (never baselined): ")
+              for c in sorted(cases, key=lambda c: c["nodeid"]) if bl.errors_of(c)]
     if options.baseline_update:
-        out.updated = new = bl.updated(base, cases, scope, excluded)
-        out.messages.append(
-            f"baseline {options.baseline} updated: {sum(len(s) for s in new.failures.values())} known "
-            f"failure(s), {len(new.non_core_ops)} non-core op(s)"
-            + ("" if scope else " (subset run: entries of cases that did not run were kept)"))
+        if scope.stopped:  # a run stopped early saw only part of what it selected: it writes nothing (#24)
+            out.messages.append(f"baseline {options.baseline} not updated: the run stopped early ({scope.stopped}); "
+                                "nothing was written; rerun it to the end to update the baseline")
+        else:
+            out.updated = new = bl.updated(base, cases, scope)
+            out.messages.append(
+                f"baseline {options.baseline} updated: {sum(len(s) for s in new.failures.values())} known "
+                f"failure(s), {len(new.non_core_ops)} non-core op(s)"
+                + ("" if scope.whole else " (subset run: entries of cases that did not run were kept)"))
         out.messages += errors
         return out
     stale = [f"{c['nodeid']} [{', '.join(sorted(c['baseline']['stale']))}]: passes now"
              for c in cases if c.get("baseline", {}).get("stale")]
-    stale += bl.session_stale(base, cases, scope, excluded)
+    stale += bl.session_stale(base, cases, scope)
     new = []
     for c in cases:
         verdict = c.get("baseline", {})
@@ -136,12 +156,25 @@ def finish(base: bl.Baseline, cases: list[dict[str, Any]], scope: list[str] | No
         if verdict.get("new_non_core"):
             parts.append(f"new non-core op {', '.join(verdict['new_non_core'])}")
         if parts:
-            new.append(f"{c['nodeid']}: " + "; ".join(parts))
-    out.messages += [f"new: {m}" for m in new] + errors
+            new.append(line(c, f"{c['nodeid']}: " + "; ".join(parts), "new: "))
+    out.messages += new + errors
     verb = "stale (warning)" if options.baseline_warn_stale else "stale: remove it"
     out.messages += [f"{verb}: {m}" for m in stale]
     out.stale_fails = bool(stale) and not options.baseline_warn_stale
     return out
+
+
+def item_outcome(action: str, mark: dict[str, bool] | None) -> str:
+    """What pytest makes of an item whose gate says ``action``, under its own xfail mark ``mark`` (as the run
+    evaluated it): ``failed``, ``xfailed`` or ``passed``. The gate fails an item with ``pytest.fail``, which a
+    mark's ``raises=`` does not name."""
+    if action == XFAIL:
+        return "xfailed"
+    if mark is None:
+        return "failed" if action == FAIL else "passed"
+    if action == FAIL:
+        return "failed" if mark.get("raises") else "xfailed"
+    return "failed" if mark.get("strict") else "passed"  # an XPASS: strict fails it
 
 
 @dataclasses.dataclass
@@ -159,22 +192,28 @@ class ReportVerdict:
         return bool(self.failing) or self.stale_fails
 
 
-def judge_report(base: bl.Baseline, cases: list[dict[str, Any]], options: SessionOptions, *,
-                 whole: bool = True) -> ReportVerdict:
+def judge_report(base: bl.Baseline, cases: list[dict[str, Any]], options: SessionOptions,
+                 scope: Scope | None = None) -> ReportVerdict:
     """The gate applied once to the cases of a whole run (issue #19: the merged report of CI shards).
 
     Each case is judged as its item was in the run (``judge``, against ``base``: a verdict the case carries from
-    its shard's run is dropped), then the session is finished with every folder in scope (``finish``): the
-    report is the whole run, so an entry whose case is in no shard's report is stale. A partial report (a run
-    stopped from outside, issue #23: ``whole=False``) is finished as a subset run: the entries of the cases it
-    lacks are neither stale nor confirmed."""
+    its shard's run is dropped; pytest's own xfail mark, recorded in ``scope``, applied as pytest did), then the
+    session is finished over the report's ``scope`` (``finish``), as the in-run gate finishes over its own
+    (issue #24): an entry whose case the merged shards had every chance to see and did not is stale. ``scope``
+    None: the report is a whole run of its rootdir (a report written before scopes were recorded)."""
+    scope = Scope() if scope is None else scope
     judged, failing, other = [], [], []
     for case in sorted(cases, key=lambda c: c["nodeid"]):
         result = CaseResult.from_json({k: v for k, v in case.items() if k != "baseline"})
         action, _ = judge(result, base, options)
         judged.append(result.to_json())
-        if action == FAIL:
+        mark = scope.xfail_of(result.nodeid)
+        if item_outcome(action, mark) == "failed":
             failing.append(result.nodeid)
+            if action != FAIL:  # it passes, and its strict xfail mark wants it to fail
+                other.append(f"failed: {result.nodeid}: XPASS(strict): it passes, and its @pytest.mark.xfail "
+                             "is strict")
+                continue
             verdict = result.info.get("baseline", {})
             explained = (bl.errors_of(judged[-1]) or verdict.get("new") or verdict.get("new_non_core")
                          or verdict.get("stale"))
@@ -182,7 +221,7 @@ def judge_report(base: bl.Baseline, cases: list[dict[str, Any]], options: Sessio
                 bad = [(n, s) for n, s in result.stages.items() if s.status in BAD]
                 other += [f"failed: {result.nodeid} [{n}]: {s.status}: {(s.message.splitlines() or [''])[0]}"
                           for n, s in bad] or [f"failed: {result.nodeid}: {result.outcome}"]
-    end = finish(base, judged, [""] if whole else None, options)
+    end = finish(base, judged, scope, options)
     counts = {
         "new": sum(m.startswith("new: ") for m in end.messages),
         "errors": sum(m.startswith("error (never baselined): ") for m in end.messages),
@@ -194,5 +233,5 @@ def judge_report(base: bl.Baseline, cases: list[dict[str, Any]], options: Sessio
     return ReportVerdict(end.messages + other, failing, end.stale_fails, counts)
 
 
-__all__ = ["judge", "finish", "Finish", "judge_report", "ReportVerdict", "xfailed_text", "error_text", "stages_text",
-           "FAIL", "XFAIL", "WARN", "PASS"]
+__all__ = ["judge", "finish", "Finish", "judge_report", "ReportVerdict", "item_outcome", "xfailed_text", "error_text",
+           "stages_text", "FAIL", "XFAIL", "WARN", "PASS", "MARKED"]

@@ -32,6 +32,11 @@ class ExportBaselineWarning(pytest.PytestWarning):
     """A stale --export-baseline entry, reported as a warning under --export-baseline-warn-stale."""
 
 
+def is_case(item: pytest.Item) -> bool:
+    """Whether an item checks an export case: the marker, or the ``export_check`` fixture (a baseline names it)."""
+    return item.get_closest_marker(MARKER) is not None or "export_check" in getattr(item, "fixturenames", ())
+
+
 def variant_of(item: pytest.Item) -> Any:
     """The (mode, device) of this item of a marked case, or None where the case has one item."""
     callspec = getattr(item, "callspec", None)
@@ -181,4 +186,4 @@ def fixture_check(request: pytest.FixtureRequest, tmp_path: Path,
 
 
 __all__ = ["MARKER", "VARIANT", "RESULTS_KEY", "ExportBaselineWarning", "check", "settle", "record", "wrap",
-           "variant_of", "fixture_check"]
+           "variant_of", "fixture_check", "is_case"]

@@ -31,7 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "the test returns (module, args[, kwargs]); with --export-check it is exported and checked "
         "(see pytest-export's README for every keyword)",
     )
-    es = session_mod.ExportSession(config)
+    es = session_mod.ExportSession(config, is_case=items_mod.is_case)
     config.stash[session_mod.SESSION_KEY] = es
     config.pluginmanager.register(es, "pytest-export-session")
     if not es.check and not hasattr(config, "workerinput"):
@@ -82,7 +82,8 @@ def _pytest_export_variant(request: pytest.FixtureRequest) -> Any:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
-    """Each case's stage statuses as user properties (JUnit XML), and its results on the report (xdist)."""
+    """Each case's stage statuses as user properties (JUnit XML), its results and its test's xfail mark on the
+    report (xdist)."""
     results = item.stash.get(items_mod.RESULTS_KEY, None) if call.when == "call" else None
     if results:
         # on the item, like record_property: the call and teardown reports copy them (JUnit XML reads teardown's)
@@ -92,12 +93,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
                 item.user_properties.append((f"{prefix}.{name}", stage.status))
             item.user_properties.append((f"{prefix}.outcome", r.outcome))
     report = yield
-    if call.when == "setup" and session_mod.session_of(item.config).check \
-            and item.get_closest_marker(MARKER) is not None:
+    check = session_mod.session_of(item.config).check
+    if call.when == "setup" and check and item.get_closest_marker(MARKER) is not None:
         from .tags import case_tags
 
         # sent ahead of the call, so the controller can report the case if its worker dies running it
         report.export_case = {"tags": case_tags(item, MARKER)}
+    if call.when in ("setup", "call") and check and items_mod.is_case(item):
+        from .scope import xfail_mark
+
+        mark = xfail_mark(item)  # pytest's own xfail mark, as it evaluated it: for both gates (#24)
+        if mark:
+            report.export_xfail = mark
     if results:
         report.export_results = [r.to_json() for r in results]
     return report

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
 
 from . import summary
+from .scope import Scope
 from .util import plural
 
 if TYPE_CHECKING:
@@ -94,13 +95,14 @@ def build_report(cases: list[dict[str, Any]], torch_version: str | None, **extra
 
 
 def session_report(cases: list[dict[str, Any]], session_data: Mapping[str, Any], torch_version: str | None,
-                   unfinished: Iterable[str] | None = None) -> dict[str, Any]:
-    """The report of a run: its cases, the torch that ran them and the coverage they reach. ``unfinished`` (the
-    cases that were running) is given for a run stopped from outside: its report is ``interrupted`` and
-    ``partial``."""
+                   unfinished: Iterable[str] | None = None, scope: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The report of a run: its cases, the torch that ran them, the coverage they reach and what the run covered
+    (``scope``: ``scope.Scope``'s JSON, which the merged gate reads). ``unfinished`` (the cases that were running)
+    is given for a run stopped from outside: its report is ``interrupted`` and ``partial``."""
     interrupted = unfinished is not None
     data = build_report(cases, session_data.get("torch") or torch_version, interrupted=interrupted,
-                        partial=interrupted, coverage=summary.coverage_summary(cases, session_data.get("core_ops")))
+                        partial=interrupted, coverage=summary.coverage_summary(cases, session_data.get("core_ops")),
+                        **({"scope": dict(scope)} if scope is not None else {}))
     if unfinished:
         data["unfinished"] = sorted(unfinished)
     return data
@@ -108,11 +110,11 @@ def session_report(cases: list[dict[str, Any]], session_data: Mapping[str, Any],
 
 def write_session(options: SessionOptions, cases: list[dict[str, Any]], session_data: Mapping[str, Any],
                   torch_version: str | None, messages: Iterable[str] = (), environ: Mapping[str, str] = os.environ,
-                  unfinished: Iterable[str] | None = None) -> None:
+                  unfinished: Iterable[str] | None = None, scope: Mapping[str, Any] | None = None) -> None:
     """The files a run asked for: ``--export-report``, ``--export-coverage`` and ``--export-summary-md`` (by
     default appended to ``$GITHUB_STEP_SUMMARY`` where that is set and there are cases)."""
     if options.report:
-        write_json_atomic(options.report, session_report(cases, session_data, torch_version, unfinished))
+        write_json_atomic(options.report, session_report(cases, session_data, torch_version, unfinished, scope))
     if options.coverage:
         write_coverage(options.coverage, cases, session_data)
     md_path, append = options.summary_md, False
@@ -151,11 +153,33 @@ def write_baseline(path: str, baseline: Baseline) -> Path:
 
 
 def read_report(path: str | os.PathLike) -> dict[str, Any]:
+    """A report file; ValueError naming the file, and the case or field, where it is not one a command can read."""
     with open(path, encoding="utf-8") as fh:
         data = json.load(fh)
     if not isinstance(data, dict) or data.get("version") != REPORT_VERSION or not isinstance(data.get("cases"), list):
         raise ValueError(f"{path}: not a pytest-export report (version {REPORT_VERSION} JSON with a 'cases' list)")
+    for i, case in enumerate(data["cases"]):
+        problem = case_problem(case)
+        if problem:
+            raise ValueError(f"{path}: cases[{i}]{_named(case)} {problem}")
+    if "scope" in data:
+        Scope.from_json(data["scope"])  # ValueError naming the field
     return data
+
+
+def case_problem(case: Any) -> str | None:
+    """What makes ``case`` no case the commands can read (a hand-edited or truncated report), or None."""
+    if not isinstance(case, dict) or not isinstance(case.get("nodeid"), str):
+        return 'is not a case (an object with a "nodeid")'
+    stages = case.get("stages", {})
+    if not isinstance(stages, dict) or not all(isinstance(s, dict) and isinstance(s.get("status"), str)
+                                               for s in stages.values()):
+        return '"stages" must map a stage to an object with a "status"'
+    return None
+
+
+def _named(case: Any) -> str:
+    return f" ({case['nodeid']}):" if isinstance(case, dict) and isinstance(case.get("nodeid"), str) else ""
 
 
 # ---- case lines (issue #23: a run stopped from outside keeps what it found) -------------------------------
@@ -264,7 +288,7 @@ def read_lines(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
         if header is None and kind != "session-start":
             break
         case = record.get("case") if kind == "case" else None
-        if kind == "case" and not (isinstance(case, dict) and isinstance(case.get("nodeid"), str)):
+        if kind == "case" and case_problem(case):
             kind = None
         if kind is None or (kind in ("case-start", "case-end") and not isinstance(record.get("nodeid"), str)):
             cut = " (the last line, cut off: the run was killed while writing it)" if i == last else ""
@@ -305,10 +329,15 @@ def load_report(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
 
 
 def partial_text(report: Mapping[str, Any], name: str | None = None) -> str | None:
-    """The line that says a report is partial (a run stopped from outside, or a merge of one), or None."""
+    """The line that says a report is partial (a run stopped from outside, a merge of one, or a merge short of a
+    pytest-split group), or None."""
     if not (report.get("partial") or report.get("interrupted")):
         return None
-    why = "the run was interrupted (Ctrl-C or SIGTERM)" if report.get("interrupted") else "the run did not finish"
+    scope = Scope.from_json(report["scope"]) if isinstance(report.get("scope"), dict) else Scope()
+    missing = ", ".join(str(g) for g in scope.missing_groups)
+    why = ("the run was interrupted (Ctrl-C or SIGTERM)" if report.get("interrupted") else
+           f"no finished report of pytest-split group {missing} of {scope.split['splits']}" if missing else
+           "the run did not finish")
     text = f"partial report: {f'{name}: ' if name else ''}{why}; {plural(len(report['cases']), 'case')} recorded"
     if report.get("unfinished"):
         text += f"; it stopped while running {', '.join(report['unfinished'])}"
@@ -317,4 +346,4 @@ def partial_text(report: Mapping[str, Any], name: str | None = None) -> str | No
 
 __all__ = ["write_text_atomic", "write_json_atomic", "strict_json", "build_report", "session_report", "read_report",
            "write_session", "write_coverage", "write_summary_md", "write_baseline", "REPORT_VERSION", "lines_path",
-           "CaseLines", "read_lines", "load_report", "partial_text"]
+           "CaseLines", "read_lines", "load_report", "partial_text", "case_problem"]

@@ -2,8 +2,9 @@
 aggregation of cases and torch facts from xdist workers, and the end of the run on the controller (also when
 SIGTERM or Ctrl-C stops it: issue #23).
 
-What it delegates: ``settings`` parses the options, ``gate`` judges results and the baseline, ``report`` writes
-every file, ``summary`` and ``conformance`` render the tables. A run without the plugin's options loads none of them.
+What it delegates: ``settings`` parses the options, ``scope`` records what the run covers (#24), ``gate`` judges
+results and the baseline over it, ``report`` writes every file, ``summary`` and ``conformance`` render the tables.
+A run without the plugin's options loads none of them.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
 from . import settings
+from .scope import Recorder, empty_shard, folders_of, split_of, stopped_of
 
 if TYPE_CHECKING:  # imported where used: a run without --export-check loads none of them
     from .case import Case
@@ -38,7 +40,7 @@ def session_of(config: pytest.Config) -> ExportSession:
 class ExportSession:
     """Registered as a plugin object per config, so its hooks see this session only."""
 
-    def __init__(self, config: pytest.Config):
+    def __init__(self, config: pytest.Config, is_case: Callable[[pytest.Item], bool] = lambda item: False):
         self.config = config
         self.check: bool = settings.value(config, "export_check")
         self._options: SessionOptions | None = None
@@ -49,7 +51,8 @@ class ExportSession:
         self.session_data: dict[str, Any] = {}
         self.baseline_messages: list[str] = []
         self.durations: dict[str, float] = {}  # seconds per test id, as pytest-split's --store-durations counts them
-        self.deselected: set[str] = set()  # test ids something deselected (-k, tags, a conftest): never judged
+        self.recorder = Recorder(is_case)  # what the run covers, for both gates (#24)
+        self.notes: list[str] = []  # lines for the end of the terminal summary
         self.lines: CaseLines | None = None  # the controller's case lines beside --export-report (#23)
         self._sigterm: tuple[Any] | None = None  # the handler SIGTERM had before this session's
         self._baseline = None
@@ -197,16 +200,36 @@ class ExportSession:
         if self.lines is not None:
             self.lines.write("case", case=case)
 
-    # ---- collecting results (controller side; under xdist the reports arrive from workers) ----
+    # ---- the run's scope (issue #24): what pytest selected, left out, skipped and marked xfail -----------
     @pytest.hookimpl
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        """-k, -m, --export-tags, a conftest, any plugin: these tests did not run, so their baseline entries are
-        neither stale nor pruned (issue #19)."""
-        self.deselected.update(item.nodeid for item in items)
+        """-k, -m, --export-tags, a conftest, any plugin, pytest-split: these tests did not run, so their baseline
+        entries are neither stale nor pruned (issue #19)."""
+        self.recorder.deselect(items)
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> Any:
+        """--ignore, --ignore-glob, a conftest's collect_ignore, norecursedirs: no test there is gone."""
+        ignored = yield
+        if ignored and self.check:
+            self.recorder.ignore(collection_path, config.rootpath)
+        return ignored
+
+    @pytest.hookimpl
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """A file that cannot be imported, or one a module-level importorskip skipped."""
+        self.recorder.collect_report(report)
+
+    @pytest.hookimpl
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.check:
+            self.recorder.collected(session.items)
+
+    # ---- collecting results (controller side; under xdist the reports arrive from workers) ----
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.count_duration(report)
+        self.recorder.test_report(report)
         marked = getattr(report, "export_case", None)
         if marked and report.when == "setup":
             self.pending[report.nodeid] = marked
@@ -251,7 +274,7 @@ class ExportSession:
         for key in ("torch", "core_ops"):
             if data.get(key) is not None:
                 self.session_data[key] = data[key]
-        self.deselected.update(data.get("deselected") or ())
+        self.recorder.merge(data.get("scope"))
         self.session_data.setdefault("op_facts", {}).update(data.get("op_facts") or {})
 
     def local_session_data(self) -> dict[str, Any]:
@@ -288,9 +311,8 @@ class ExportSession:
         if self.is_worker:
             if self.check:
                 # execnet sends builtin types only: anything else crashes the worker here, at session end
-                data = self.local_session_data()
-                if self.deselected:  # xdist's controller collects nothing: only its workers see deselection
-                    data["deselected"] = sorted(self.deselected)
+                # xdist's controller collects nothing: only its workers see selection, deselection, ignored paths
+                data = {**self.local_session_data(), "scope": self.recorder.worker_data()}
                 self.config.workeroutput["pytest_export"] = to_builtins(data)
             return
         if not self.check:
@@ -302,19 +324,25 @@ class ExportSession:
             if nodeid in self.cases:  # an item's first case carries its test id (a second export_check call: #2)
                 self.cases[nodeid]["duration"] = round(seconds, 6)
         cases = list(self.cases.values())
+        scope = self.recorder.scope(folders_of(self.config), split_of(self.config),
+                                    stopped_of(session, self.recorder.errors))  # read by both gates (#24)
         if self.options.baseline:
             from .gate import finish
 
-            verdict = finish(self.baseline, cases, prune_scope(self.config, session), self.options,
-                             excluded=self.deselected)
+            verdict = finish(self.baseline, cases, scope, self.options)
             if verdict.updated is not None:
                 report.write_baseline(self.options.baseline, verdict.updated)
             self.baseline_messages += verdict.messages
             if verdict.stale_fails and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        empty = empty_shard(scope, session.exitstatus)
+        if empty:  # pytest-split left this group empty: nothing to check here, and no failure (#24)
+            session.exitstatus = pytest.ExitCode.OK
+            self.notes.append(empty)
         stopped = session.exitstatus == pytest.ExitCode.INTERRUPTED  # Ctrl-C, SIGTERM
         report.write_session(self.options, cases, data, self.torch_version(), self.baseline_messages,
-                             unfinished=(self.lines.unfinished(self.cases) if self.lines else []) if stopped else None)
+                             unfinished=(self.lines.unfinished(self.cases) if self.lines else []) if stopped else None,
+                             scope=scope.to_json())
         if self.lines is not None:
             self.lines.close(exitstatus=int(session.exitstatus), interrupted=stopped, cases=len(cases))
 
@@ -349,6 +377,8 @@ class ExportSession:
                                         + (f" (case lines: {self.lines.path})" if self.lines else ""))
         if self.lines is not None and self.lines.problem:
             terminalreporter.write_line(f"pytest-export: case lines: {self.lines.problem}")
+        for line in self.notes:
+            terminalreporter.write_line(line)
 
     def write_conformance(self, terminalreporter: Any) -> None:
         """Cases by tag and stage, and the Core ATen coverage they reach."""
@@ -365,31 +395,4 @@ def to_builtins(value: Any, where: str = "workeroutput") -> Any:
     return builtins(value, where)
 
 
-def prune_scope(config: pytest.Config, session: pytest.Session) -> list[str] | None:
-    """Rootdir-relative folders that ran whole, or None for a subset run (``-k``, ``-m``, a file, a test id,
-    ``--export-tags``, ``--lf``, a run stopped early (``-x``, Ctrl-C, SIGTERM), a shard of pytest-split): the
-    baseline prunes only inside them. A shard gates only what it ran: the other shards' entries are left to the
-    merged report's gate (``python -m pytest_export gate``), which sees them all."""
-    opt = config.option
-    if ((getattr(opt, "splits", None) or 0) > 1 or getattr(opt, "keyword", "") or getattr(opt, "markexpr", "") or getattr(opt, "deselect", None)
-            or getattr(opt, "lf", False) or getattr(opt, "stepwise", False) or getattr(opt, "maxfail", 0)
-            or config.getoption("export_tags") or config.getini("export_tags") or session.shouldstop
-            or session.shouldfail or session.exitstatus == pytest.ExitCode.INTERRUPTED):
-        return None
-    root = Path(config.rootpath)
-    scope = []
-    for arg in config.args:
-        if "::" in arg:
-            return None
-        path = Path(arg) if Path(arg).is_absolute() else Path(config.invocation_params.dir, arg)
-        if not path.is_dir():
-            return None
-        try:
-            rel = path.resolve().relative_to(root.resolve())
-        except ValueError:
-            return None
-        scope.append("" if str(rel) == "." else rel.as_posix())
-    return scope
-
-
-__all__ = ["ExportSession", "SESSION_KEY", "session_of", "prune_scope", "to_builtins"]
+__all__ = ["ExportSession", "SESSION_KEY", "session_of", "to_builtins"]

@@ -103,3 +103,28 @@ def test_module_entry_point_and_bad_input(made, pytester):
     assert r.ret == 1 and "missing.json: no such report" in r.stderr.str()
     r = pytester.run(sys.executable, "-c", "import pytest_export.__main__, sys; print('torch' in sys.modules)")
     assert r.stdout.str().strip() == "False"
+
+
+@pytest.mark.parametrize("case, message", [
+    ({"outcome": "passed", "stages": {}}, 'cases[0] is not a case (an object with a "nodeid")'),
+    ({"nodeid": "t.py::a", "stages": {"export": "passed"}},
+     'cases[0] (t.py::a): "stages" must map a stage to an object with a "status"'),
+    ({"nodeid": "t.py::a", "stages": {"export": {"message": "no status"}}},
+     'cases[0] (t.py::a): "stages" must map a stage to an object with a "status"'),
+    ("t.py::a", 'cases[0] is not a case (an object with a "nodeid")'),
+])
+@pytest.mark.parametrize("command", ["merge", "diff", "show", "durations"])
+def test_a_malformed_case_is_named_not_a_traceback(tmp_path, capsys, case, message, command):
+    """A hand-edited or truncated report: every command names the file and the case, and exits with status 1 (#24)."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"version": 1, "torch": "2.13.0+cpu", "cases": [case]}))
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"version": 1, "torch": "2.13.0+cpu", "cases": []}))
+    argv = {"merge": ["merge", "-o", str(tmp_path / "out.json"), str(good), str(bad)],
+            "diff": ["diff", str(good), str(bad)], "show": ["show", str(bad)],
+            "durations": ["durations", str(bad), "-o", str(tmp_path / "d.json")]}[command]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 1
+    assert capsys.readouterr().err == f"pytest-export: {bad}: {message}\n"
+    assert not (tmp_path / "out.json").exists()

@@ -32,8 +32,9 @@ def case(nodeid: str, outcome: str = "passed", non_core: tuple[str, ...] = (), *
     return out
 
 
-def write(tmp_path, cases, failures=None, non_core_ops=None, version=2):
-    (tmp_path / "report.json").write_text(json.dumps({"version": 1, "torch": "2.13.0+cpu", "cases": cases}))
+def write(tmp_path, cases, failures=None, non_core_ops=None, version=2, scope=None):
+    report = {"version": 1, "torch": "2.13.0+cpu", "cases": cases, **({"scope": scope} if scope else {})}
+    (tmp_path / "report.json").write_text(json.dumps(report))
     (tmp_path / "baseline.json").write_text(json.dumps({"version": version, "failures": failures or {},
                                                         "non_core_ops": non_core_ops or {}}))
 
@@ -153,6 +154,11 @@ EMPTY = '{"version": 1, "cases": []}'
     (EMPTY, None, "--baseline {baseline}: no such file; create it with --export-baseline-update"),
     (EMPTY, "{not json", "--baseline {baseline}: not readable JSON"),
     (EMPTY, '{"version": 7}', '--baseline {baseline}: expected a JSON object with "version": 2'),
+    (EMPTY, '{"version": 2, "failures": {"t.py::a": {"exprot": {"reason": "r"}}}}',
+     "--baseline {baseline}: failures['t.py::a']['exprot']: no stage is called 'exprot' (did you mean 'export'?); "
+     "the stages are eager, export, compare"),
+    ('{"version": 1, "cases": [], "scope": {"split": {"splits": "2"}}}', "{}",
+     'report.json: scope.split must be {{"splits": int, "groups": [int, ...]}} or null'),
 ])
 def test_a_missing_or_malformed_file_is_a_usage_error(tmp_path, capsys, report, baseline, message):
     if report is not None:
@@ -203,6 +209,67 @@ def test_entry_point_exit_statuses_and_no_torch(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pytest_export", *argv[:2], "--baseline", str(tmp_path / "none.json")],
                        capture_output=True, text=True)
     assert r.returncode == 4 and "none.json: no such file" in r.stderr
+
+
+# ---- the report's scope: what the in-run gate decided from (#24) ---------------------------------------------
+
+GONE = {"t.py::gone": {"serde": {"reason": "r"}}}
+GONE_LINE = "stale: remove it: t.py::gone [serde]: the case did not run (removed or renamed?)"
+
+
+@pytest.mark.parametrize("scope, lines", [
+    ({}, [GONE_LINE]),  # a whole run of its rootdir: what a report without a scope is taken for
+    ({"deselected": ["t.py::gone"]}, []),  # a conftest, -k, --export-tags
+    ({"skipped": ["t.py::gone"]}, []),  # skipif, importorskip
+    ({"skipped": ["t.py"]}, []),  # a module-level importorskip
+    ({"ignored": ["t.py"]}, []),  # --ignore, collect_ignore
+    ({"errors": ["t.py"]}, []),  # a file that cannot be imported (--continue-on-collection-errors)
+    ({"folders": None}, []),  # -k, a file, a test id
+    ({"folders": ["other"]}, []),  # pytest other/
+    ({"split": {"splits": 2, "groups": [1, 2]}}, [GONE_LINE]),  # the merged shards: the whole run
+])
+def test_the_reports_scope_says_which_absent_case_is_gone(tmp_path, capsys, scope, lines):
+    write(tmp_path, [case("t.py::ok", export="passed")], GONE, scope=scope)
+    rc, out, _ = gate(tmp_path, capsys)
+    assert rc == (1 if lines else 0) and [x for x in out if x.startswith("stale")] == lines, out
+
+
+def test_a_merge_short_of_a_shard_is_partial(tmp_path, capsys):
+    """Each shard's report records its group: a merge without one fails the gate, naming it, instead of calling
+    its cases' entries stale."""
+    shard = {"version": 1, "torch": "2.13.0+cpu", "cases": [case("t.py::ok", export="passed")],
+             "scope": {"split": {"splits": 3, "groups": [1]}, "selected": ["t.py::ok"]}}
+    (tmp_path / "shard-1.json").write_text(json.dumps(shard))
+    shard["scope"]["split"]["groups"] = [3]
+    shard["cases"] = [case("t.py::other", export="passed")]
+    (tmp_path / "shard-3.json").write_text(json.dumps(shard))
+    assert main(["merge", "-o", str(tmp_path / "report.json"), str(tmp_path / "shard-1.json"),
+                 str(tmp_path / "shard-3.json")]) == 0
+    merge_out = capsys.readouterr().out
+    assert "(partial: a pytest-split group has no finished report)" in merge_out
+    (tmp_path / "baseline.json").write_text(json.dumps({"version": 2, "failures": GONE}))
+    rc, out, _ = gate(tmp_path, capsys)
+    assert rc == 1 and not any(x.startswith("stale") for x in out), out
+    assert out[0].startswith(f"partial report: {tmp_path / 'report.json'}: no finished report of pytest-split "
+                             "group 2 of 3; 2 cases recorded")
+
+
+@pytest.mark.parametrize("mark, failing, lines", [
+    ({"strict": False}, False, ["xfailed by @pytest.mark.xfail: t.py::new: new failure in compare"]),
+    ({"strict": True}, False, ["xfailed by @pytest.mark.xfail: t.py::new: new failure in compare"]),
+    # the gate fails an item with pytest.fail, which a raises= filter does not name: pytest fails it
+    ({"strict": False, "raises": True}, True, ["new: t.py::new: new failure in compare"]),
+])
+def test_pytests_xfail_mark_from_the_scope(tmp_path, capsys, mark, failing, lines):
+    write(tmp_path, [case("t.py::new", "failed", compare="failed")], {}, scope={"xfail": {"t.py::new": mark}})
+    rc, out, _ = gate(tmp_path, capsys)
+    assert rc == int(failing) and out[1:-1] == lines, out
+
+
+def test_a_strict_xfail_mark_on_a_passing_case_fails(tmp_path, capsys):
+    write(tmp_path, [case("t.py::ok", export="passed")], {}, scope={"xfail": {"t.py::ok": {"strict": True}}})
+    rc, out, _ = gate(tmp_path, capsys)
+    assert rc == 1 and out[1] == "failed: t.py::ok: XPASS(strict): it passes, and its @pytest.mark.xfail is strict"
 
 
 # ---- durations ----------------------------------------------------------------------------------------

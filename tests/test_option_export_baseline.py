@@ -150,13 +150,96 @@ def test_update_prunes_on_a_full_run_only(suite, monkeypatch):
      "failures['t']['compare'] must be an object {\"reason\": str, \"signature\": str}"),
     ('{"version": 2, "failures": {"t": {"compare": {"reason": "r", "signature": 3}}}}',
      "failures['t']['compare'] must be an object"),
+    # a hand-edited typo would never match a failure: named at start-up, with the stages there are (#24)
+    ('{"version": 2, "failures": {"t.py::c": {"exprot": {"reason": "r"}}}}',
+     "failures['t.py::c']['exprot']: no stage is called 'exprot' (did you mean 'export'?); the stages are eager, "
+     "export, compare, serde, decomp, guards, fuzz, retrace, unflatten, cuda, aoti"),
 ])
 def test_bad_baseline_is_a_usage_error(suite, content, expected):
     if content is not None:
         (suite.path / "baseline.json").write_text(content)
-    r = run(suite)
-    assert r.ret == pytest.ExitCode.USAGE_ERROR
-    assert "baseline.json" in r.stderr.str() and expected in r.stderr.str(), r.stderr.str()
+    for update in ((), ("--export-baseline-update",)) if content else ((),):
+        r = run(suite, *update)
+        assert r.ret == pytest.ExitCode.USAGE_ERROR
+        assert "baseline.json" in r.stderr.str() and expected in r.stderr.str(), r.stderr.str()
+        assert "passed" not in r.stdout.str()  # at start-up, before any case runs
+        assert content is None or (suite.path / "baseline.json").read_text() == content
+
+
+# ---- an update of a run that stopped early writes nothing (#24) -------------------------------------------------
+
+STOPPED = '''
+@pytest.mark.exportable
+def test_ok():
+    return torch.nn.ReLU(), (torch.ones(3),)
+
+@pytest.mark.exportable
+def test_stops():
+    if os.environ.get("CTRL_C"):
+        raise KeyboardInterrupt
+    raise KeyError("no such checkpoint")  # an error: it fails its item, in update mode too
+
+@pytest.mark.exportable
+def test_after():
+    return torch.nn.Tanh(), (torch.ones(3),)
+'''
+# written compactly: any rewrite shows, and an update that ran would drop test_ok's entry (it passes)
+PLANTED = json.dumps({"version": 2, "failures": {"test_cases.py::test_ok": {"compare": {"reason": "old"}}},
+                      "non_core_ops": {}})
+
+
+@pytest.mark.parametrize("how, args, why", [
+    ("a collection error", (), "1 error during collection"),
+    ("-x", ("-x",), "stopping after 1 failures"),
+    ("--maxfail", ("--maxfail", "1"), "stopping after 1 failures"),
+    ("Ctrl-C", (), "interrupted (Ctrl-C, SIGTERM)"),
+])
+def test_an_update_of_a_run_that_stopped_early_writes_nothing(pytester, monkeypatch, how, args, why):
+    monkeypatch.delenv("CTRL_C", raising=False)
+    write_cases(pytester, "import os\n" + STOPPED)
+    if how == "a collection error":
+        pytester.makepyfile(test_broken="import no_such_module_here\n")
+    if how == "Ctrl-C":
+        monkeypatch.setenv("CTRL_C", "1")
+    (pytester.path / "baseline.json").write_text(PLANTED)
+    r = pytester.runpytest("--export-check", "-p", "no:cacheprovider", "-p", "no:xdist", "--export-baseline",
+                           "baseline.json", "--export-baseline-update", *args, no_reraise_ctrlc=True)
+    assert r.ret in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED), r.stdout.str()
+    assert (pytester.path / "baseline.json").read_text() == PLANTED
+    r.stdout.fnmatch_lines([f"baseline baseline.json not updated: the run stopped early ({why}); nothing was "
+                            "written; rerun it to the end to update the baseline"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [(), ("-x",)], ids=["a collection error", "-x"])
+def test_an_update_under_xdist_that_stopped_early_writes_nothing(pytester, monkeypatch, args):
+    """xdist's controller goes on after a collection error (it runs the tests, exit status 1): the update still
+    writes nothing, as without -n, where pytest stops."""
+    monkeypatch.delenv("CTRL_C", raising=False)
+    write_cases(pytester, "import os\n" + STOPPED)
+    if not args:
+        pytester.makepyfile(test_broken="import no_such_module_here\n")
+    (pytester.path / "baseline.json").write_text(PLANTED)
+    r = pytester.runpytest_subprocess("--export-check", "-p", "no:cacheprovider", "-n", "2", "--export-baseline",
+                                      "baseline.json", "--export-baseline-update", *args)
+    assert r.ret != 0
+    assert (pytester.path / "baseline.json").read_text() == PLANTED
+    r.stdout.fnmatch_lines(["baseline baseline.json not updated: the run stopped early (*); nothing was written*"])
+
+
+def test_a_strict_xpass_fails_an_update_too(pytester):
+    """An update records failures; an unexpected pass of the marker's ``xfail=`` is none: it still fails (#24)."""
+    write_cases(pytester, LIN + '''
+@pytest.mark.exportable(xfail={"compare": "planted: it used to disagree"})
+def test_clean():
+    torch.manual_seed(0)
+    return Lin().eval(), (torch.randn(2, 3),)
+''')
+    r = run(pytester, "--export-baseline-update")
+    assert r.ret == 1, r.stdout.str()
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*XPASS(strict): expected to fail (planted: it used to disagree)*remove the xfail*"])
+    assert read(pytester)["failures"] == {}
 
 
 @pytest.mark.slow

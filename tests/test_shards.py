@@ -1,5 +1,8 @@
 """Many machines (issue #19): shards of pytest-split each gate what they ran, their reports merge into one that
-``python -m pytest_export gate`` judges as the whole run, and the report's durations balance the next split."""
+``python -m pytest_export gate`` judges as the whole run, and the report's durations balance the next split.
+
+The split is deterministic: every test writes the durations pytest-split balances by (``DURATIONS``), never
+measured ones, so that which shard runs which case does not depend on the machine (issue #24)."""
 
 from __future__ import annotations
 
@@ -50,11 +53,14 @@ BN = "aten._native_batch_norm_legit_functional.default"
 # the baseline lines of the in-run gate's end-of-run section, and the merged gate's (the same texts)
 FINDINGS = ("new: ", "stale: remove it: ", "stale (warning): ", "error (never baselined): ", "failed: ")
 FAST = ("--export-skip-stages", "retrace")  # the cases have no dynamic dims: guards and fuzz skip by themselves
+NAMES = ("test_relu", "test_lin", "test_broken", "test_bn_train", "test_tanh", "test_sigmoid")
+DURATIONS = {f"test_cases.py::{n}": 1.0 for n in NAMES}  # fixed: 2 cases a group (3 with test_new_broken)
+ALGORITHM = ("--splitting-algorithm", "least_duration")  # the README's recipe
 
 
 def run(pytester, *args, report=None, subprocess=False):
     argv = ["--export-check", "-p", "no:cacheprovider", "--export-baseline", "baseline.json",
-            "--durations-path", ".test_durations", *FAST, *args]
+            "--durations-path", ".test_durations", *ALGORITHM, *FAST, *args]
     if report:
         argv += ["--export-report", report]
     if not subprocess:
@@ -70,11 +76,16 @@ def nodeids(pytester, report):
     return {c["nodeid"] for c in json.loads((pytester.path / report).read_text())["cases"]}
 
 
+def write_durations(pytester, durations=DURATIONS):
+    (pytester.path / ".test_durations").write_text(json.dumps(durations))
+
+
 @pytest.fixture
 def suite(pytester, monkeypatch):
     """The cases and their baseline (two known failures: a compare shortcut and a non-core op)."""
     monkeypatch.delenv("NEW_FAILURE", raising=False)
     write_cases(pytester, CASES)
+    write_durations(pytester)
     r = run(pytester, "--export-baseline-update")
     assert r.ret == 0, r.stdout.str()
     data = json.loads((pytester.path / "baseline.json").read_text())
@@ -161,6 +172,57 @@ def test_plain():
         assert seconds == pytest.approx(split[nodeid], abs=1e-6) and seconds > 0
 
 
+# the first case pays torch's first export: with durations so skewed, duration_based_chunks (pytest-split's
+# default) fills group 2 with every other case and leaves group 3 empty
+SKEWED = {**DURATIONS, "test_cases.py::test_relu": 60.0}
+CHUNKS = ("--splitting-algorithm", "duration_based_chunks")
+
+
+@pytest.mark.parametrize("xdist", [(), pytest.param(("-n", "2"), marks=pytest.mark.slow)], ids=["serial", "xdist"])
+def test_a_shard_that_received_no_cases_passes_and_says_so(suite, capsys, xdist):
+    write_durations(suite, SKEWED)
+    plant_gone(suite)
+    r = run(suite, *CHUNKS, "--splits", "3", "--group", "3", *xdist, report="shard-3.json", subprocess=bool(xdist))
+    assert r.ret == 0, r.stdout.str()
+    r.stdout.fnmatch_lines(["pytest-export: group 3 of 3 (pytest-split) received no tests: the other groups have "
+                            "them all; exit status 0, not pytest's 5 (no tests collected)"])
+    assert not findings(r.outlines)
+    # its report holds no case, and its group: the merged report of the three groups is whole
+    scope = json.loads((suite.path / "shard-3.json").read_text())["scope"]
+    assert scope["selected"] == [] and scope["split"] == {"splits": 3, "groups": [3]}
+    for group in (1, 2):
+        assert run(suite, *CHUNKS, "--splits", "3", "--group", str(group), *xdist, report=f"shard-{group}.json",
+                   subprocess=bool(xdist)).ret == 0
+    assert len(nodeids(suite, "shard-1.json")) == 1 and len(nodeids(suite, "shard-2.json")) == 5
+    assert main(["merge", "-o", str(suite.path / "report.json"),
+                 *(str(suite.path / f"shard-{g}.json") for g in (1, 2, 3))]) == 0
+    whole = run(suite)
+    rc, out = merged_gate(suite, capsys)
+    assert rc == whole.ret == 1 and findings(out) == findings(whole.outlines) == [
+        "stale: remove it: non-core op aten.gone.default: no case carries it after decomposition any more",
+        "stale: remove it: test_cases.py::test_gone [compare]: the case did not run (removed or renamed?)"]
+
+
+def test_least_duration_fills_every_group_with_the_same_durations(suite):
+    """The README's recipe: least_duration gives each group its share of the skewed durations."""
+    write_durations(suite, SKEWED)
+    sizes = []
+    for group in (1, 2, 3):
+        r = run(suite, "--splits", "3", "--group", str(group), "--collect-only", "-q")
+        assert r.ret == 0, r.stdout.str()
+        sizes.append(sum(line.startswith("test_cases.py::") for line in r.outlines))
+    assert sizes == [1, 3, 2]
+
+
+def test_a_run_that_collected_nothing_keeps_pytests_status(pytester):
+    """Only a shard is let off: a plain run, or a shard of an empty suite, that collected nothing is exit status 5."""
+    pytester.makepyfile(test_empty="")
+    for args in ((), ("--splits", "2", "--group", "2")):
+        r = pytester.runpytest("--export-check", "-p", "no:cacheprovider", "-p", "no:xdist", *args)
+        assert r.ret == pytest.ExitCode.NO_TESTS_COLLECTED, args
+        assert "received no tests" not in r.stdout.str()
+
+
 @pytest.mark.slow
 def test_a_shard_under_xdist_gates_only_what_it_ran(suite):
     """Under xdist the controller collects nothing; it knows the shard from its options."""
@@ -194,21 +256,21 @@ def test_shards_merged_and_gated_equal_one_unsharded_run(suite, monkeypatch, cap
     # 1. the baseline holds: every shard passes, the merged gate passes, as the unsharded run does
     statuses, reports = shards(suite)
     assert statuses == {1: 0, 2: 0, 3: 0}
-    assert "No test durations found" in reports[1].stdout.str()
+    assert [len(nodeids(suite, f"shard-{g}.json")) for g in (1, 2, 3)] == [2, 2, 2]
     rc, out = merged_gate(suite, capsys)
     whole = run(suite, report="whole.json")
     assert (rc, findings(out)) == (whole.ret, findings(whole.outlines)) == (0, []), out
     assert out[-1].startswith("gate passed: nothing new or stale, 1 known failure; 6 cases")
-    # the durations of this run balance the next split (pytest-split reads the file and finds every case in it)
-    assert main(["durations", str(suite.path / "report.json"), "-o", str(suite.path / ".test_durations")]) == 0
-    durations = json.loads((suite.path / ".test_durations").read_text())
+    # the durations of this run would balance the next split (every case measured); the split here stays the
+    # fixed one, so that it does not depend on this machine's timings
+    assert main(["durations", str(suite.path / "report.json"), "-o", str(suite.path / "measured.json")]) == 0
+    durations = json.loads((suite.path / "measured.json").read_text())
     assert set(durations) == nodeids(suite, "report.json") and all(v > 0 for v in durations.values())
 
     # 2. a new failure on one shard, and entries of a case that runs on no shard
     monkeypatch.setenv("NEW_FAILURE", "1")
     plant_gone(suite)
     statuses, reports = shards(suite)
-    assert "No test durations found" not in reports[1].stdout.str()
     holder = [g for g in (1, 2, 3) if "test_cases.py::test_new_broken" in nodeids(suite, f"shard-{g}.json")]
     assert statuses == {g: 1 if g in holder else 0 for g in (1, 2, 3)}, statuses  # the shard that ran it fails
     assert findings(reports[holder[0]].outlines) == ["new: test_cases.py::test_new_broken: new failure in compare"]
