@@ -108,9 +108,7 @@ def build_inputs(model: FuzzModel, values: dict[str, int], args: tuple, kwargs: 
 
         seed_all(seed)
         return normalize_built(builder(dict(named if named is not None else model.named(values)), args, kwargs))
-    sizes = model.sizes(values)
-    for (flat_i, dim), size in (override or {}).items():
-        sizes.setdefault(flat_i, {})[dim] = size
+    sizes = _sizes(model, values, override)
     gen = torch.Generator().manual_seed(seed)
     flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
     out = []
@@ -129,6 +127,15 @@ def build_inputs(model: FuzzModel, values: dict[str, int], args: tuple, kwargs: 
             out.append(leaf)
     new_args, new_kwargs = pytree.tree_unflatten(out, spec)
     return tuple(new_args), dict(new_kwargs)
+
+
+def _sizes(model: FuzzModel | None, values: dict[str, int],
+           override: dict[tuple[int, int | None], int] | None) -> dict[int, dict[int | None, int]]:
+    """Every input axis's size for an assignment, with a probe's deliberately wrong sizes put over it."""
+    sizes = model.sizes(values) if model is not None else {}
+    for (flat_i, dim), size in (override or {}).items():
+        sizes.setdefault(flat_i, {})[dim] = size
+    return sizes
 
 
 def fake_inputs(mode: Any, model: FuzzModel | None, values: dict[str, int], args: tuple, kwargs: dict,
@@ -150,9 +157,7 @@ def fake_inputs(mode: Any, model: FuzzModel | None, values: dict[str, int], args
         with mode:
             built = normalize_built(builder(dict(model.named(values)), args, kwargs))
         return pytree.tree_map(fake, built)
-    sizes = model.sizes(values) if model is not None else {}
-    for (flat_i, dim), size in (override or {}).items():
-        sizes.setdefault(flat_i, {})[dim] = size
+    sizes = _sizes(model, values, override)
     flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
     out = []
     for i, leaf in enumerate(flat):
