@@ -262,12 +262,14 @@ class Costs:
         mem_ratio = max(1.0, self.real_peak / ex.peak) if ex.peak else 1.0
         return 2 * (ex.seconds + extra), int(2 * probe.peak * mem_ratio + 3 * probe.inputs)
 
-    def plan(self, probe: Measure | None, ratio: float, fake_ok: bool) -> Plan:
+    def plan(self, probe: Measure | None, ratio: float, fake_ok: bool, budgeted: bool = True) -> Plan:
+        """``budgeted=False``: the memory cap alone decides (a stage that runs a few fixed sizes after a fixed
+        cost of its own, such as ``aoti``'s compile, which may have spent the budget)."""
         seconds, need = self.predict(probe, ratio)
         why = ""
         if need > self.max_memory:
             why = f"needs ~{format_bytes(need)} > max_memory {format_bytes(self.max_memory)}"
-        elif self.budget is not None:
+        elif self.budget is not None and budgeted:
             share = self.budget * PROBE_BUDGET_SHARE
             left = self.left() or 0.0
             if seconds > share:

@@ -44,6 +44,7 @@ class Sized:
         self.ctx, self.model, self.values, self.label = ctx, model, values, label
         self.override, self.given, self.builder, self.seed, self.in_range = override or {}, given, builder, seed, in_range
         self.plan: Plan | None = None
+        self.budgeted = True  # whether the case's time budget, besides the memory cap, decides numeric
         self.eager_fake: Verdict | None = None
         self._real: tuple[tuple, dict] | None = None
         self._fake: tuple[tuple, dict] | None = None
@@ -104,7 +105,7 @@ def plan_for(ctx: Context, sized: Sized) -> Plan:
             ratio = input_bytes(sized.fake()) / costs.example.inputs
         except Exception:  # noqa: BLE001 - the fake inputs cannot be made: assume the worst a probe may be
             ratio = float("inf") if sized.values else 1.0
-    sized.plan = plan = costs.plan(measured, ratio, fake_ok)
+    sized.plan = plan = costs.plan(measured, ratio, fake_ok, sized.budgeted)
     if not fake_ok and plan.mode is None:
         first = (sized.eager_fake.message.splitlines() or [""])[0][:200] if sized.eager_fake else costs.fake_problem
         plan.why = f"not checked: fake tensors cannot run it ({first}) and numerics {plan.why}"
