@@ -214,7 +214,6 @@ class Plan:
     seconds: float = 0.0  # predicted, for a numeric run (eager and program)
     bytes: int = 0  # predicted, for a numeric run
     why: str = ""
-    measure: Measure | None = None
 
 
 @dataclasses.dataclass
@@ -278,8 +277,8 @@ class Costs:
                 why = "the budget was spent" if left <= 0 else (
                     f"needs ~{format_seconds(seconds)} > the {format_seconds(left)} left of the budget")
         if not why:
-            return Plan(NUMERIC, seconds, need, measure=probe)
-        return Plan(FAKE if fake_ok else None, seconds, need, why, probe)
+            return Plan(NUMERIC, seconds, need)
+        return Plan(FAKE if fake_ok else None, seconds, need, why)
 
     def probe_timeout(self, plan: Plan) -> float:
         """The time limit of one numeric probe: far above its prediction, so only a model that makes it far
@@ -302,9 +301,6 @@ class Costs:
             # why numerics stop: the smallest size past the numeric maximum that did not run numeric
             past = [n for n in row["_not"] if n[0] > (row["numeric_max"] or 0)]
             row["why"] = min(past)[1] if past else ""
-
-    def lines(self) -> list[str]:
-        return [coverage_line(row) for row in self.to_dict()["dims"]]
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"max_memory": self.max_memory, "probes": dict(self.probes),

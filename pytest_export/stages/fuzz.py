@@ -83,8 +83,7 @@ def run(ctx: Context) -> dict[str, Any]:
                                    small=has_small_size(ctx, model, values))
         if problem:
             fake = got.mode == "fake"
-            shapes = {k: list(v) for k, v in _fake_shapes(probe).items()} if fake else shapes_of(
-                *probe.real(), ctx.declaration.paths)
+            shapes = shapes_of(*(probe.fake() if fake else probe.real()), ctx.declaration.paths)
             state["failed"].append(dict(values))
             state["failure"] = {"sizes": named, "symbols": dict(values), "shapes": shapes, "seed": seed,
                                 "error": str(problem), "program": got.status, "mode": got.mode, "kind": problem.kind}
@@ -189,12 +188,6 @@ def _space(model: Any) -> int:
         if total > 10**9:
             break
     return total
-
-
-def _fake_shapes(probe: Any) -> dict[str, Any]:
-    from ..strategies import shapes_of
-
-    return shapes_of(*probe.fake(), probe.ctx.declaration.paths)
 
 
 def value_seed(values: dict[str, int]) -> int:
