@@ -263,6 +263,11 @@ KEYWORDS: dict[str, Keyword] = {
         ),
         Keyword("aoti", _is_opt_bool, "bool | None", None,
                 "run the `aoti` stage (AOTInductor compile, load, compare) for this case (default: --export-aoti)"),
+        Keyword("onnx", _is_opt_bool, "bool | None", None,
+                "run the `onnx` stage (torch.onnx.export of the program, checked in ONNX Runtime) for this case "
+                "(default: --export-onnx)"),
+        Keyword("train", _is_bool, "bool", False,
+                "the module is exported in training mode on purpose (dropout, batch-norm statistics): no warning"),
     ]
 }
 
@@ -284,7 +289,10 @@ class SessionOptions:
     baseline_warn_stale: bool = False
     coverage: str | None = None
     summary_md: str | None = None
-    diagnose: bool = True
+    diagnose: bool = True  # --export-no-diagnose clears it
+    diagnose_when: str = "auto"  # --export-diagnose: auto (not for baselined failures), always, never
+    repro: str | None = None  # --export-repro DIR
+    onnx: bool = False
     aoti: bool = False
     modes: tuple[str, ...] | None = None  # --export-modes; None: the marker's `strict` decides
     devices: tuple[str, ...] | None = None  # --export-devices; None: cpu, plus cuda where available
@@ -312,6 +320,8 @@ class CaseOptions:
     diagnose: bool = True
     preserve_module_call_signature: tuple[str, ...] = ()
     aoti: bool = False
+    onnx: bool = False
+    train: bool = False  # exported in training mode on purpose (no training-mode warning)
     device: str = "cpu"  # where the case is exported and compared (--export-devices)
     skip_stages: tuple[str, ...] = ()  # stages not run (--export-skip-stages)
 
@@ -358,7 +368,8 @@ def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
     """Marker keywords over session defaults."""
     opts = CaseOptions(core_aten=session.core_aten, examples=session.examples, max_size=session.max_size,
                        timeout=session.timeout, budget=session.budget, max_memory=session.max_memory,
-                       diagnose=session.diagnose, aoti=session.aoti,
+                       diagnose=session.diagnose and session.diagnose_when != "never", aoti=session.aoti,
+                       onnx=session.onnx,
                        skip_stages=tuple(session.skip_stages))
     for key, value in kwargs.items():
         if key == "tags":
@@ -367,7 +378,7 @@ def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
             value = dict(value or {})
         elif key == "preserve_module_call_signature":
             value = tuple(value)
-        elif key in ("core_aten", "examples", "max_size", "timeout", "budget", "aoti", "max_memory") and value is None:
+        elif key in ("core_aten", "examples", "max_size", "timeout", "budget", "aoti", "onnx", "max_memory") and value is None:
             continue
         elif key == "max_memory":
             from .cost import parse_memory

@@ -104,6 +104,16 @@ def _memory(value: Any, flag: str) -> int | None:
     return parse_memory(value, flag)
 
 
+def _choice(choices: tuple[str, ...], default: str) -> Callable[[Any, str], str]:
+    def parse(value: Any, flag: str) -> str:
+        value = value or default
+        if value not in choices:
+            raise ValueError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return parse
+
+
 def _tags(value: Any, flag: str) -> list[str]:
     from .tags import parse_tags
 
@@ -173,8 +183,17 @@ SETTINGS: tuple[Setting, ...] = (
             needs_check=True),
     Setting("export_summary_md", "write a short Markdown summary to PATH (default: appended to "
             "$GITHUB_STEP_SUMMARY when set)", _path, "summary_md", metavar="PATH", needs_check=True),
-    Setting("export_no_diagnose", "do not rerun a failed export with torch.export.draft_export to diagnose it",
-            _not_flag, "diagnose", kind="flag"),
+    Setting("export_no_diagnose", "do not rerun a failed export with torch.export.draft_export to diagnose it "
+            "(the same as --export-diagnose=never)", _not_flag, "diagnose", kind="flag"),
+    Setting("export_diagnose", "when to rerun a failed export with torch.export.draft_export: auto (failures not "
+            "known to --export-baseline; the default), always, never", _choice(("auto", "always", "never"), "auto"),
+            "diagnose_when", metavar="auto|always|never"),
+    Setting("export_summary", "the end-of-run tables: full, short (one line per run and the failing cases; the "
+            "default under -q) or off (default: full)", _choice(("full", "short", "off"), ""), metavar="full|short|off"),
+    Setting("export_repro", "write a standalone repro script (torch only) for every failing case into DIR",
+            _path, "repro", metavar="DIR", needs_check=True),
+    Setting("export_onnx", "run the onnx stage (torch.onnx.export of the exported program, checked in ONNX Runtime) "
+            "for every case (needs the [onnx] extra)", _flag, "onnx", kind="flag"),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 
