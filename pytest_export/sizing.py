@@ -12,6 +12,7 @@ from .audit import FuzzModel
 from .compare import Mismatch
 from .context import Context
 from .cost import FAKE, NUMERIC, Plan
+from .frames import at_text
 from .observe import Observation, compare_observations, shape_mismatch
 from .results import HarnessError
 from .strategies import build_inputs, fake_inputs
@@ -96,7 +97,7 @@ def plan_for(ctx: Context, sized: Sized) -> Plan:
             # a limit of fake tensors (data-dependent code, no fake kernel): numerics decide, if affordable; any
             # other raise is eager's verdict on these sizes, as exact as a real run's
             fake_ok = not fake_limit(exc)
-            sized.eager_fake = Verdict(RAISED, describe_exception(exc, 600), mode=FAKE)
+            sized.eager_fake = Verdict(RAISED, describe_exception(exc, 600) + at_text(exc), mode=FAKE)
     ratio = 1.0
     if measured is not None and costs.example is not None and costs.example.inputs:
         ratio = measured.inputs / costs.example.inputs
@@ -194,7 +195,7 @@ def _real_eager(ctx: Context, args: tuple, kwargs: dict) -> Verdict:
     except HarnessError:
         raise
     except Exception as exc:  # noqa: BLE001 - what eager does with an input is the finding
-        return Verdict(RAISED, describe_exception(exc, 600))
+        return Verdict(RAISED, describe_exception(exc, 600) + at_text(exc))  # the model's line (#26)
 
 
 def mismatch(ctx: Context, got: Observation, want: Observation, fake: bool = False) -> str | None:

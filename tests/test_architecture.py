@@ -1,8 +1,8 @@
 """The package's house (issue #15): one straight line from the marker to the report, no module importing one above
 it, every stage a module by its name, runner only orchestrating, no module over 400 lines.
 
-The layers below are the map the README's "Architecture" section draws. A module may import only modules of a
-lower layer (lazy imports inside functions count too); a new module must be placed in a layer here.
+The layers below are the map docs/architecture.md draws. A module may import only modules of a lower layer (lazy
+imports inside functions count too); a new module must be placed in a layer here.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ STAGE_MODULES = [f"stages.{name}" for name in ORDER]
 
 LAYERS: list[list[str]] = [
     # plain helpers and torch glue with no package imports
-    ["util", "modstate", "ops", "timeout", "torchlog", "cost"],
+    ["util", "modstate", "ops", "timeout", "torchlog", "cost", "frames", "training", "reproscript", "reprochecks"],
     # the vocabulary: options and keywords, the result model, a run's scope, draft-export diagnosis
-    ["options", "results", "scope", "diagnose", "guardsource"],
+    ["options", "results", "scope", "diagnose", "guardsource", "verdicts", "reprosource"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance)
     ["case", "compare", "baseline", "tags", "variants", "conformance"],
     # the declaration, one observed forward call, session settings, the gate, text summaries
@@ -41,7 +41,7 @@ LAYERS: list[list[str]] = [
     STAGE_MODULES,
     ["stages"],
     # orchestration and the plain-Python entry point
-    ["runner"],
+    ["runner", "repro"],
     ["api"],
     # pytest: the session plugin object, marked items, the hooks
     ["session"],
@@ -143,7 +143,7 @@ def test_every_module_imports_on_its_own():
 
 
 def test_the_readme_stage_example_runs(tmp_path):
-    """The "Adding a stage" example of the README is a working stage."""
+    """The "Adding a stage" example of docs/architecture.md is a working stage."""
     import re
     import types
 
@@ -155,11 +155,11 @@ def test_the_readme_stage_example_runs(tmp_path):
     from pytest_export.runner import _run_stage
     from pytest_export.stages import REGISTRY
 
-    readme = (ROOT.parent / "README.md").read_text()
-    code = re.search(r"\*\*Adding a stage\.\*\*.*?```python\n(.*?)```", readme, re.S).group(1)
+    page = (ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    code = re.search(r"\n## Adding a stage\n.*?```python\n(.*?)```", page, re.S).group(1)
     module = types.ModuleType("pytest_export.stages.repeat")
     module.__package__ = "pytest_export.stages"
-    exec(compile(code, "README.md", "exec"), module.__dict__)
+    exec(compile(code, "docs/architecture.md", "exec"), module.__dict__)
     ctx = Context(Case.build("x", torch.nn.Linear(3, 2), (torch.randn(4, 3),), None), CaseOptions(), "x", tmp_path)
     for stage in REGISTRY[:2]:  # eager, export
         ctx.result.add(_run_stage(ctx, stage, [0.0]))

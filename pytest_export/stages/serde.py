@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from ..context import Context, Stage, failing_as
+from ..context import Context, Stage, StageFailure, failing_as
+from ..frames import class_hint
 from ..torchlog import repaired_torch_logs
 
 
@@ -21,8 +22,14 @@ def run(ctx: Context) -> dict[str, Any]:
 def _save_load_compare(ctx: Context) -> dict[str, Any]:
     """One save and one load (issue #16): save to memory, write those bytes to a file, load the file."""
     buf = io.BytesIO()
-    with failing_as("torch.export.save", kind="save"):
-        torch.export.save(ctx.ep, buf)
+    try:
+        with failing_as("torch.export.save", kind="save"):
+            torch.export.save(ctx.ep, buf)
+    except StageFailure as failure:  # a class registered without the serialized_type_name save needs: named (#26)
+        hint = class_hint(failure.__cause__) if failure.__cause__ is not None else ""
+        if not hint:
+            raise
+        raise StageFailure(f"{failure}{hint}", kind=failure.kind, **failure.data) from failure.__cause__
     data = buf.getvalue()
     path = ctx.workdir / "program.pt2"
     path.parent.mkdir(parents=True, exist_ok=True)
