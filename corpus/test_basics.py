@@ -91,7 +91,7 @@ class BatchNormTrain(torch.nn.Module):
         return self.bn(x)
 
 
-@pytest.mark.exportable(tags=["decomp", "batchnorm"])
+@pytest.mark.exportable(tags=["decomp", "batchnorm"], train=True)  # training mode on purpose: no warning
 def test_train_batchnorm_records_non_core_op():
     # train-mode batch norm leaves a non-core op after run_decompositions(); recorded, not failed
     return BatchNormTrain().train(), (torch.randn(8, 4),)
@@ -99,6 +99,7 @@ def test_train_batchnorm_records_non_core_op():
 
 @pytest.mark.exportable(
     core_aten=True,
+    train=True,  # training mode on purpose: no warning
     tags=["decomp", "batchnorm", "core-aten"],
     xfail={"decomp": "train-mode batch norm leaves aten._native_batch_norm_legit_functional (not Core ATen)"},
 )

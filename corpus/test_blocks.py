@@ -28,7 +28,7 @@ def test_mlp_eval():
     return MLP().eval(), (torch.randn(8, 16),)
 
 
-@pytest.mark.exportable(tags=["blocks", "mlp", "train"])
+@pytest.mark.exportable(tags=["blocks", "mlp", "train"], train=True)  # training mode on purpose: no warning
 def test_mlp_train_mode_dropout():
     # dropout draws random numbers: the harness seeds every call the same, eager and exported alike
     torch.manual_seed(0)
@@ -67,7 +67,7 @@ def test_cnn_batchnorm_eval_dynamic_image_size():
     return _cnn(), (torch.randn(2, 3, 16, 16),)
 
 
-@pytest.mark.exportable(tags=["blocks", "cnn", "batchnorm", "train", "mutation"])
+@pytest.mark.exportable(tags=["blocks", "cnn", "batchnorm", "train", "mutation"], train=True)  # on purpose
 def test_cnn_batchnorm_train_updates_running_stats():
     return _cnn(train=True), (torch.randn(4, 3, 16, 16),)
 

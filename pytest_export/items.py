@@ -11,6 +11,8 @@ Loaded with the plugin; imports no torch, and the harness only when a case runs.
 from __future__ import annotations
 
 import functools
+import inspect
+import sys
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -48,18 +50,61 @@ def record(item: pytest.Item, result: CaseResult) -> None:
     item.stash.setdefault(RESULTS_KEY, []).append(result)
 
 
+def location_of(item: pytest.Item) -> tuple[str, int] | None:
+    """The test's file and the line its function starts on (its first decorator: the marker), or None."""
+    func = getattr(item, "function", None)
+    code = getattr(inspect.unwrap(func), "__code__", None) if callable(func) else None
+    if code is not None:
+        return code.co_filename, code.co_firstlineno
+    try:
+        path, line, _ = item.reportinfo()
+    except Exception:  # noqa: BLE001 - an item of another plugin: the warning keeps its default origin
+        return None
+    return (str(path), (line or 0) + 1) if path else None
+
+
+def call_site(item: pytest.Item) -> tuple[str, int] | None:
+    """The line of the test's file that called into the harness (``export_check(...)``, directly or through a
+    helper), else the test's own start."""
+    where = location_of(item)
+    frame = sys._getframe(1)
+    for _ in range(32):
+        if frame is None or where is None:
+            break
+        if frame.f_code.co_filename == where[0]:
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return where
+
+
+def warn_at(item: pytest.Item, warning: Warning, at: tuple[str, int] | None = None) -> None:
+    """Warn as raised at the test's file and line (``at``: a call site there), from the test's module (#26): so
+    ``-W error::pytest_export.ExportWarning:<module>``, ``filterwarnings`` marks and the ini select it by module.
+    A fresh registry each time: every case's warning is shown (pytest records them per test)."""
+    where = at or location_of(item)
+    if where is None:
+        warnings.warn(warning, stacklevel=3)
+        return
+    module = getattr(item, "module", None)
+    name = getattr(module, "__name__", None) or Path(where[0]).stem
+    warnings.warn_explicit(warning, type(warning), where[0], where[1], module=name, registry={},
+                           module_globals=vars(module) if module is not None else None)
+
+
 def check(item: pytest.Item, case: Case, keywords: dict[str, Any], *, nodeid: str, workdir: Path,
           tmp_factory: pytest.TempPathFactory, device: str = "cpu", info: dict[str, Any] | None = None,
-          act: bool = True) -> CaseResult:
+          act: bool = True, at: tuple[str, int] | None = None) -> CaseResult:
     """Run one case of ``item`` and settle the test (the marker's and the fixture's common path)."""
     result = session_of(item.config).run(nodeid, case, keywords, workdir, device=device, tmp_factory=tmp_factory)
     result.info.update(info or {})
-    return settle(item, result, act=act)
+    return settle(item, result, act=act, at=at)
 
 
-def settle(item: pytest.Item, result: CaseResult, *, act: bool = True) -> CaseResult:
-    """Judge ``result`` (errors, baseline, xfail), record it for the report, show its warnings and, with ``act``,
-    fail, xfail or warn the test as the gate says; a case whose failures were all expected xfails."""
+def settle(item: pytest.Item, result: CaseResult, *, act: bool = True,
+           at: tuple[str, int] | None = None) -> CaseResult:
+    """Judge ``result`` (errors, baseline, xfail), record it for the report, show its warnings (at ``at``, else
+    the test's first line) and, with ``act``, fail, xfail or warn the test as the gate says; a case whose failures
+    were all expected xfails."""
     from .gate import FAIL, WARN, XFAIL, xfailed_text
     from .options import ExportWarning
     from .results import XFAILED
@@ -71,13 +116,13 @@ def settle(item: pytest.Item, result: CaseResult, *, act: bool = True) -> CaseRe
                                else "xfailed" if result.outcome == XFAILED else "passed")
     record(item, result)
     for w in result.warnings:
-        warnings.warn(ExportWarning(f"{result.nodeid}: {w}"), stacklevel=2)
+        warn_at(item, ExportWarning(f"{result.nodeid}: {w}"), at)
     if not act:
         return result
     if action == FAIL:
         pytest.fail(text, pytrace=False)
     if action == WARN:
-        warnings.warn(ExportBaselineWarning(f"{result.nodeid}: {text}"))
+        warn_at(item, ExportBaselineWarning(f"{result.nodeid}: {text}"), at)
     if action == XFAIL:
         pytest.xfail(text)
     if result.outcome == XFAILED:
@@ -121,7 +166,7 @@ def wrap(item: pytest.Function, func: Callable[..., Any]) -> Callable[..., None]
 
 
 def _run_marked(item: pytest.Function, value: Any) -> None:
-    from .options import UsageError, validate_keywords
+    from .options import ExportWarning, UsageError, validate_keywords
     from .results import ERROR, CaseResult
 
     es = session_of(item.config)
@@ -137,7 +182,12 @@ def _run_marked(item: pytest.Function, value: Any) -> None:
             record(item, CaseResult(item.nodeid, outcome=ERROR, error=problem))
         pytest.fail(problem, pytrace=False)
     if not es.check:
-        es.smoke(item.nodeid, case, marker.kwargs.get("dynamic_shapes"))
+        from .training import training_warning
+
+        found = es.smoke(item.nodeid, case, marker.kwargs.get("dynamic_shapes"))
+        note = None if marker.kwargs.get("train") else training_warning(case.module)
+        for text in found + ([f"{item.nodeid}: {note}"] if note else []):
+            warn_at(item, ExportWarning(text))
         return
     keywords, device, info = dict(marker.kwargs), "cpu", None
     variant = variant_of(item)
@@ -180,10 +230,10 @@ def fixture_check(request: pytest.FixtureRequest, tmp_path: Path,
         calls.append(None)
         nodeid = where if len(calls) == 1 else f"{where}#{len(calls)}"
         return check(item, case, keywords, nodeid=nodeid, workdir=tmp_path / f"export_check_{len(calls)}",
-                     tmp_factory=tmp_path_factory, device=device, act=raise_on_failure)
+                     tmp_factory=tmp_path_factory, device=device, act=raise_on_failure, at=call_site(item))
 
     return export_check
 
 
 __all__ = ["MARKER", "VARIANT", "RESULTS_KEY", "ExportBaselineWarning", "check", "settle", "record", "wrap",
-           "variant_of", "fixture_check", "is_case"]
+           "variant_of", "fixture_check", "is_case", "warn_at", "location_of"]

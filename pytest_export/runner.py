@@ -18,7 +18,7 @@ from .options import CaseOptions, xfail_for
 from .results import ERROR, FAILED, PASSED, SKIPPED, XFAILED, XPASSED, CaseResult, HarnessError, StageResult
 from .stages import REGISTRY
 from .timeout import CaseTimeout, time_limit
-from .torchlog import quiet_trace_logs
+from .torchlog import captured_torch_output
 from .util import describe_exception
 
 def _usable(ctx: Context, name: str) -> bool:
@@ -90,7 +90,7 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
                 return CaseResult(nodeid, tags=list(options.tags), error=(
                     f"{nodeid}: could not move the case to {options.device}: {describe_exception(exc)}")).finish()
         ctx = Context(case, options, nodeid, workdir, session, source=source)
-        stack.enter_context(quiet_trace_logs())
+        stack.enter_context(captured_torch_output(ctx.result.info))  # torch's output: the report's (#26)
         ctx.read_declaration()
         stages = [s for s in REGISTRY if s.enabled(ctx)]
         current, started = None, [time.perf_counter()]

@@ -1,17 +1,26 @@
-"""torch's own log records, made safe to emit under pytest's log capture.
+"""torch's own log records, made safe to emit under pytest's log capture; torch's output during a case, captured.
 
 torch 2.13's ``torch.export.load`` logs "Fallback to weights_only=False succeeded. Loaded object of type %s after
 initial failure: %s" with one argument (``torch/_export/serde/serialize.py``) whenever the saved example inputs
 hold a namedtuple or a dataclass. Plain logging prints "--- Logging error ---" and carries on; pytest's log
 capture re-raises, so the load fails with "TypeError: not enough arguments for format string" although the
 program loads fine. The record is repaired (its text kept) and the defect noted as a warning of the case.
+
+``captured_torch_output`` (issue #26) keeps what torch prints while a case runs out of the user's terminal and in
+the case's report (``torch_output``): warnings attributed to torch, the standard library or the harness (never the
+model's own code), records of torch's loggers at WARNING and above, and whatever is written to ``sys.stderr``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
-from typing import Iterator
+import os
+import sys
+import sysconfig
+import warnings
+from typing import Any, Iterator
 
 SERDE_LOGGERS = ("torch._export.serde.serialize",)
 
@@ -27,7 +36,9 @@ class _RepairMalformed(logging.Filter):
         except Exception as exc:  # noqa: BLE001 - any formatting error is the record's, never the stage's
             text = f"{record.msg} (args: {record.args!r})"
             note = f"torch logged a malformed record from {record.name} ({type(exc).__name__}: {exc}): {text}"
-            if note not in self.found:
+            if _SINKS:  # torch's defect, nothing the user can act on: the case's torch_output (#26)
+                _SINKS[-1].add(note)
+            elif note not in self.found:
                 self.found.append(note)
             record.msg, record.args = text, ()
         return True
@@ -35,7 +46,8 @@ class _RepairMalformed(logging.Filter):
 
 @contextlib.contextmanager
 def repaired_torch_logs(found: list[str], names: tuple[str, ...] = SERDE_LOGGERS) -> Iterator[None]:
-    """While active, a record from ``names`` that cannot be formatted is repaired and described in ``found``."""
+    """While active, a record from ``names`` that cannot be formatted is repaired and described in ``found`` (in
+    the case's ``torch_output`` instead while ``captured_torch_output`` runs)."""
     flt = _RepairMalformed(found)
     loggers = [logging.getLogger(n) for n in names]
     for lg in loggers:
@@ -88,4 +100,163 @@ def quiet_fake_logs():
         logger.disabled = was
 
 
-__all__ = ["repaired_torch_logs", "quiet_trace_logs", "quiet_fake_logs"]
+# ---- torch's output during a case, captured into its report (issue #26) -------------------------------
+
+MAX_LINES, MAX_CHARS, LINE_CHARS = 50, 8192, 300
+_SINKS: list["_Sink"] = []  # the capture running now, innermost last
+
+
+class _Sink:
+    """Short distinct lines, at most ``MAX_LINES`` and ``MAX_CHARS`` of them; the rest counted."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.seen: set[str] = set()
+        self.size = self.dropped = 0
+
+    def add(self, text: str) -> None:
+        for raw in str(text).splitlines():
+            line = raw.rstrip()
+            if not line.strip() or line in self.seen:
+                continue
+            self.seen.add(line)
+            if len(line) > LINE_CHARS:
+                line = line[: LINE_CHARS - 3] + "..."
+            if len(self.lines) >= MAX_LINES or self.size + len(line) > MAX_CHARS:
+                self.dropped += 1
+                continue
+            self.lines.append(line)
+            self.size += len(line)
+
+    def result(self) -> list[str]:
+        if not self.dropped:
+            return list(self.lines)
+        return self.lines + [f"... and {self.dropped} more line{'s' if self.dropped != 1 else ''} (not kept)"]
+
+
+class _StderrLines(io.TextIOBase):
+    """``sys.stderr`` while a case runs: its text goes to the sink, line by line."""
+
+    def __init__(self, sink: _Sink, real: Any):
+        self.sink, self.real, self.partial = sink, real, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        head, sep, self.partial = (self.partial + str(text)).rpartition("\n")
+        if sep:
+            self.sink.add(head)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.partial:
+            self.sink.add(self.partial)
+            self.partial = ""
+
+    def fileno(self) -> int:  # a library that writes to the descriptor writes where it did before
+        return self.real.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.real, "encoding", None) or "utf-8"
+
+
+class _TorchRecords(logging.Filter):
+    """On every handler of torch's loggers: a record of ``torch.*`` at WARNING or above goes to the sink, not out."""
+
+    def __init__(self, sink: _Sink):
+        super().__init__()
+        self.sink = sink
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING or not (record.name == "torch" or record.name.startswith("torch.")):
+            return True
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is still torch's output
+            text = f"{record.msg} (args: {record.args!r})"
+        self.sink.add(f"{record.levelname} {record.name}: {text}")
+        return False
+
+
+class Origins:
+    """Where a warning comes from: torch and the harness (``own``), the standard library (``stdlib``) and the
+    installed libraries inside it (``libraries``: site-packages, a venv's or the interpreter's)."""
+
+    def __init__(self) -> None:
+        import torch
+
+        def folders(*paths: str) -> tuple[str, ...]:
+            return tuple(os.path.join(os.path.realpath(p), "") for p in paths if p)
+
+        paths = sysconfig.get_paths()
+        self.torch = folders(os.path.dirname(torch.__file__))[0]
+        self.own = folders(self.torch, os.path.dirname(__file__))
+        self.stdlib = folders(paths["stdlib"], paths["platstdlib"])
+        self.libraries = folders(paths["purelib"], paths["platlib"],
+                                 *(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))))
+
+    def is_torchs(self, category: type, filename: str) -> bool:
+        """Whether a warning is torch's own: attributed to a file of torch, of the harness or of the standard
+        library (torch's internals; the ``copy`` machinery torch's classes go through), not to the model's code or
+        a library it uses. A torch API that warns about its caller (``stacklevel=2``) names the model's line: that
+        warning is the model's. pytest's and the harness's own warning classes always pass."""
+        if (getattr(category, "__module__", "") or "").split(".")[0] in ("pytest", "_pytest", "pytest_export"):
+            return False
+        if filename.startswith("<frozen "):
+            return True
+        path = os.path.realpath(filename)
+        if path.startswith(self.own):
+            return True
+        return path.startswith(self.stdlib) and not path.startswith(self.libraries)
+
+    def short(self, filename: str) -> str:
+        path = os.path.realpath(filename)
+        if path.startswith(self.torch):
+            return "torch/" + path[len(self.torch):]
+        return os.path.basename(filename)
+
+
+@contextlib.contextmanager
+def captured_torch_output(info: dict[str, Any]) -> Iterator[None]:
+    """While a case runs, torch's output goes to ``info["torch_output"]`` (short distinct lines, at most
+    ``MAX_LINES`` / ``MAX_CHARS``, what was left out counted): its warnings, its loggers' records at WARNING and
+    above, and ``sys.stderr``. Any other warning (the model's, a library's) passes to pytest unchanged. Enters
+    ``quiet_trace_logs`` too."""
+    sink, real = _Sink(), sys.stderr
+    origins = Origins()
+    records = _TorchRecords(sink)
+    manager = logging.Logger.manager
+    loggers = [logging.getLogger(n) for n, lg in list(manager.loggerDict.items())
+               if isinstance(lg, logging.Logger) and (n == "torch" or n.startswith("torch."))]
+    handlers = {id(h): h for lg in loggers for h in lg.handlers}.values()
+    stderr = _StderrLines(sink, real)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("default", module=r"torch(\.|$)")  # torch's own warnings never error in the harness
+        shown = warnings.showwarning
+
+        def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+            if origins.is_torchs(category, filename):
+                sink.add(f"{category.__name__}: {message} ({origins.short(filename)}:{lineno})")
+                return
+            with contextlib.redirect_stderr(real):
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        for h in handlers:
+            h.addFilter(records)
+        _SINKS.append(sink)
+        try:
+            with contextlib.redirect_stderr(stderr), quiet_trace_logs():
+                yield
+        finally:
+            _SINKS.remove(sink)
+            for h in handlers:
+                h.removeFilter(records)
+            stderr.flush()
+            if sink.lines or sink.dropped:
+                info["torch_output"] = sink.result()
+
+
+__all__ = ["repaired_torch_logs", "quiet_trace_logs", "quiet_fake_logs", "captured_torch_output", "Origins"]

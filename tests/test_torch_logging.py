@@ -1,4 +1,5 @@
-"""A malformed log record from torch must not fail a stage under pytest's log capture; it becomes a warning."""
+"""A malformed log record from torch must not fail a stage under pytest's log capture; it is noted: a warning, or
+in the case's ``torch_output`` while a case runs (#26)."""
 
 from __future__ import annotations
 
@@ -60,4 +61,6 @@ def test_pair():
     result.assert_outcomes(passed=1)
     case = cases_by_name(data)["test_pair"]
     assert case["stages"]["serde"]["status"] == "passed"
-    assert any("malformed record" in w and "weights_only" in w for w in case["warnings"])
+    # torch's defect, nothing the user can act on: in the case's torch_output, no ExportWarning (#26)
+    assert not any("malformed record" in w for w in case.get("warnings", []))
+    assert any("malformed record" in line and "weights_only" in line for line in case["torch_output"])

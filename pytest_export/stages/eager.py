@@ -12,6 +12,7 @@ from typing import Any
 
 from ..compare import Mismatch
 from ..context import Context, Stage, StageFailure
+from ..frames import frames_data, located
 from ..results import HarnessError
 from ..observe import compare_observations, python_change_text
 from ..util import describe_exception
@@ -19,14 +20,15 @@ from ..util import describe_exception
 
 def run(ctx: Context) -> dict[str, Any]:
     """The eager forward itself: it must run, and give the same result twice (else nothing can be compared)."""
+    from ..training import note_training; note_training(ctx)  # a module left in training mode warns (#26)
     try:
         first = ctx.reference()
     except HarnessError:
         raise
     except Exception as exc:  # noqa: BLE001 - what forward raises is the model's
-        raise StageFailure(
+        raise StageFailure(located(
             f"eager forward raised on the example inputs (a bug in the model or its inputs, not in export): "
-            f"{describe_exception(exc)}", kind="raised", exception=type(exc).__name__,
+            f"{describe_exception(exc)}", exc), kind="raised", exception=type(exc).__name__, **frames_data(exc),
         )
     ctx.usable.add("eager")  # forward runs: export can be tried whatever the comparison below finds
     try:
@@ -34,8 +36,9 @@ def run(ctx: Context) -> dict[str, Any]:
     except HarnessError:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise StageFailure(f"eager forward raised on its second call with the same inputs (the first call "
-                           f"worked): {describe_exception(exc)}", kind="raised", exception=type(exc).__name__)
+        raise StageFailure(located(f"eager forward raised on its second call with the same inputs (the first call "
+                                   f"worked): {describe_exception(exc)}", exc),
+                           kind="raised", exception=type(exc).__name__, **frames_data(exc))
     repeated = {c["path"] for c in second.python_per_call}
     ctx.python_changes = [c for c in first.python_changes if c["path"] in repeated]
     try:

@@ -8,8 +8,10 @@ accepted, match eager. The reloaded programs must refuse and accept the same.
 Sizes 0 and 1 (issue #18): a declared minimum of 0 or 1 puts size 1 inside the promise, so it is probed as in
 range (a refusal or a wrong result fails the stage; where eager itself raises there, it is recorded, not
 failed); size 0 is probed the same way where the minimum is 0, and its findings are warnings. Below an explicit
-minimum of 2, and on a bare AUTO/DYNAMIC axis (no promise), torch lets 0 and 1 through by design: they are
-probed, and "accepted but wrong" there is a warning.
+minimum of 2, and on a bare AUTO/DYNAMIC axis (no promise), torch lets 0 and 1 through by design (it checks a
+minimum only above 2): they are probed, and what happened there (accepted but wrong, raised inside the program)
+is recorded in the report (``below_min``), never a warning: torch does not check these sizes by design, so the
+user has nothing to act on (issue #26).
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ def run(ctx: Context) -> dict[str, Any]:
             # crashed inside a kernel: nothing checked the size at the program's input (issue #18)
             problem = (f"out-of-range sizes {probe.description} raised inside the program, not refused by a guard: "
                        f"{got.message.splitlines()[0] if got.message else ''}")
+            if probe.kind == "small":  # a size torch checks by no guard (<= 2): recorded, no warning (#26)
+                rec["below_min"] = problem
+                continue
             rec["finding"] = problem
             warnings.append(problem)
             continue
@@ -94,11 +99,11 @@ def run(ctx: Context) -> dict[str, Any]:
             if not bad:
                 continue  # accepted and right
             problem = f"accepted but wrong at out-of-range sizes {probe.description}:\n{bad}"
+        if probe.kind == "small":  # below the min at a size no guard checks: recorded, no warning (#26)
+            rec["below_min"] = _one_line(problem)
+            continue
         rec["finding"] = problem.splitlines()[0]
-        if probe.kind == "small":
-            warnings.append(problem)
-        else:
-            failures.append((problem, "accepted-out-of-range"))
+        failures.append((problem, "accepted-out-of-range"))
     # the reloaded programs on a representative subset (issue #16): the boundaries of every range, in and out
     subset = [i for i, p in enumerate(probes) if p.kind in ("max", "min")] + [
         i for i, p in enumerate(probes) if p.kind == "in-range"][:2]  # every dim at its min, every dim at its max
@@ -119,6 +124,8 @@ def run(ctx: Context) -> dict[str, Any]:
             "probe_list": records}
     if ctx.eager_rejects:
         data["eager_rejects"] = list(ctx.eager_rejects)
+    if any("below_min" in r for r in records):
+        data["below_min"] = [{"probe": r["probe"], "what": r["below_min"]} for r in records if "below_min" in r]
     for v in model.vars:
         if refused_in.get(v.symbol):
             size = refused_in[v.symbol][0][0]
