@@ -7,9 +7,9 @@ the ``export_check`` fixture and (``run`` only: its case comes from the test's r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from .options import SessionOptions, merge, validate_keywords
+from .options import CaseOptions, SessionOptions, merge, validate_keywords
 from .results import CaseResult
 
 if TYPE_CHECKING:
@@ -25,14 +25,20 @@ def build(name: str, module: Any, args: Any, kwargs: Any, keywords: dict[str, An
 
 
 def run(case: Case, keywords: dict[str, Any], *, nodeid: str, options: SessionOptions | None = None,
-        workdir: str | Path | None = None, device: str = "cpu", session: Any = None) -> CaseResult:
+        workdir: str | Path | None = None, device: str = "cpu", session: Any = None,
+        prepare: Callable[[CaseOptions], None] | None = None) -> CaseResult:
     """Run every stage of ``case``: the session's ``options`` (default: those of ``--export-check`` alone) under
-    the marker's ``keywords``, on ``device``; ``session`` gives the stages run-wide caches (the pytest session)."""
+    the marker's ``keywords``, on ``device``; ``session`` gives the stages run-wide caches (the pytest session),
+    ``prepare`` settles what only it knows (a known failure goes undiagnosed) before the case runs."""
+    from .repro import write_repro
     from .runner import run_case
 
     case_options = merge(options or SessionOptions(check=True), keywords)
     case_options.device = device
-    return run_case(case, case_options, nodeid=nodeid, workdir=Path(workdir) if workdir else None, session=session)
+    if prepare is not None:
+        prepare(case_options)
+    result = run_case(case, case_options, nodeid=nodeid, workdir=Path(workdir) if workdir else None, session=session)
+    return write_repro((options or SessionOptions()).repro, case, case_options, result)  # --export-repro DIR
 
 
 def check(module: Any, args: Any, kwargs: Any = None, *, name: str = "<check>", raise_on_failure: bool = False,

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 from . import baseline as bl
 from .results import BAD, XFAILED, CaseResult
 from .scope import Scope
+from .verdicts import MARKED, item_verdict
 
 if TYPE_CHECKING:
-    from .options import SessionOptions
+    from .options import CaseOptions, SessionOptions
 
 FAIL, XFAIL, WARN, PASS = "fail", "xfail", "warn", "pass"
-MARKED = "xfailed by @pytest.mark.xfail: "  # an end-of-run line of a test pytest's own xfail mark covers
 
 
 def judge(result: CaseResult, base: bl.Baseline | None, options: SessionOptions) -> tuple[str, str]:
@@ -68,6 +68,25 @@ def judge(result: CaseResult, base: bl.Baseline | None, options: SessionOptions)
     if verdict.get("known"):
         return XFAIL, "known failure in the baseline: " + stages_text(verdict["known"])
     return (FAIL, result.failure_text()) if result.failed else (PASS, "")
+
+
+ALWAYS = "--export-diagnose=always runs it"
+
+
+def diagnosis_skipped(nodeid: str, case: CaseOptions, base: bl.Baseline | None, options: SessionOptions,
+                      torch_version: str | None = None) -> str:
+    """Why a failed export of this case goes undiagnosed under ``--export-diagnose=auto`` (issue #26), decided
+    before it runs: its ``export`` stage is known to the baseline (the item's test id names its mode and device),
+    or expected by the marker's ``xfail=`` for its mode and device. "" where it is diagnosed (or never is)."""
+    from .options import xfail_for
+
+    if not case.diagnose or options.diagnose_when != "auto":
+        return ""
+    if base is not None and "export" in base.failures.get(nodeid, {}):
+        return f"diagnosis skipped: known failure (in the baseline {options.baseline}); {ALWAYS}"
+    if "export" in xfail_for(case.xfail or {}, case.strict, case.device, torch_version):
+        return f"diagnosis skipped: expected failure (xfail= in the marker); {ALWAYS}"
+    return ""
 
 
 def _new_text(result: CaseResult, verdict: dict[str, Any], base: bl.Baseline, path: str | None) -> str:
@@ -186,6 +205,7 @@ class ReportVerdict:
     failing: list[str]
     stale_fails: bool
     counts: dict[str, int]
+    cases: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # judged here, with their verdicts
 
     @property
     def failed(self) -> bool:
@@ -208,7 +228,10 @@ def judge_report(base: bl.Baseline, cases: list[dict[str, Any]], options: Sessio
         action, _ = judge(result, base, options)
         judged.append(result.to_json())
         mark = scope.xfail_of(result.nodeid)
-        if item_outcome(action, mark) == "failed":
+        gated = {FAIL: "failed", XFAIL: "xfailed"}.get(action, "xfailed" if result.outcome == XFAILED else "passed")
+        outcome = "xfailed" if gated == "xfailed" else item_outcome(action, mark)  # pytest.xfail ends the test
+        judged[-1].update(item=outcome, verdict=item_verdict(judged[-1], outcome, gated))
+        if outcome == "failed":
             failing.append(result.nodeid)
             if action != FAIL:  # it passes, and its strict xfail mark wants it to fail
                 other.append(f"failed: {result.nodeid}: XPASS(strict): it passes, and its @pytest.mark.xfail "
@@ -230,8 +253,8 @@ def judge_report(base: bl.Baseline, cases: list[dict[str, Any]], options: Sessio
         "known": sum(len(c.get("baseline", {}).get("known", {})) for c in judged),
         "cases": len(judged),
     }
-    return ReportVerdict(end.messages + other, failing, end.stale_fails, counts)
+    return ReportVerdict(end.messages + other, failing, end.stale_fails, counts, judged)
 
 
 __all__ = ["judge", "finish", "Finish", "judge_report", "ReportVerdict", "item_outcome", "xfailed_text", "error_text",
-           "stages_text", "FAIL", "XFAIL", "WARN", "PASS", "MARKED"]
+           "stages_text", "diagnosis_skipped", "FAIL", "XFAIL", "WARN", "PASS", "MARKED"]

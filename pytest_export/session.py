@@ -13,7 +13,6 @@ import os
 import signal
 import sys
 import threading
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -24,7 +23,7 @@ from .scope import Recorder, empty_shard, folders_of, split_of, stopped_of
 
 if TYPE_CHECKING:  # imported where used: a run without --export-check loads none of them
     from .case import Case
-    from .options import SessionOptions
+    from .options import CaseOptions, SessionOptions
     from .report import CaseLines
     from .results import CaseResult
     from .variants import Variant
@@ -44,6 +43,7 @@ class ExportSession:
         self.config = config
         self.check: bool = settings.value(config, "export_check")
         self._options: SessionOptions | None = None
+        self.summary = settings.value(config, "export_summary")  # "" where not given: -q decides (summary_mode)
         if self.check or settings.any_given(config):
             self.options  # noqa: B018 - a bad option value is a usage error now, not at first use
         self.cases: dict[str, dict[str, Any]] = {}
@@ -116,34 +116,44 @@ class ExportSession:
 
         return Case.from_return(where, value)
 
-    def smoke(self, where: str, case: Case, dynamic_shapes: Any = None) -> None:
+    def smoke(self, where: str, case: Case, dynamic_shapes: Any = None) -> list[str]:
         """Without --export-check: the declaration is checked against the case (keys, axes, ranges, examples),
-        and eager forward runs once; nothing is exported (#17)."""
+        and eager forward runs once; nothing is exported (#17). Returns its warnings (the item attributes them)."""
         from .declaration import parse
-        from .options import ExportWarning, UsageError
+        from .frames import located
+        from .options import UsageError
         from .runner import describe_exception, smoke
 
-        try:
+        found: list[str] = []
+        try:  # failed `from None`: each message once, no "During handling of the above exception" (#26)
             parse(where, dynamic_shapes, case.module, case.args, case.kwargs)
         except UsageError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            raise pytest.fail.Exception(str(exc), pytrace=False) from None
         except Exception as exc:  # noqa: BLE001 - the harness's own limit: said, never passed over in silence
-            warnings.warn(ExportWarning(
-                f"{where}: dynamic_shapes not checked: the harness could not read the declaration "
-                f"({describe_exception(exc)}); --export-check ends guards and fuzz as error for it"))
+            found.append(f"{where}: dynamic_shapes not checked: the harness could not read the declaration "
+                         f"({describe_exception(exc)}); --export-check ends guards and fuzz as error for it")
         try:
             smoke(case)
-        except Exception as exc:
-            pytest.fail(f"{where}: eager forward raised on the example inputs: {describe_exception(exc)}", pytrace=False)
+        except Exception as exc:  # the model's frames shown, as pytest shows a test's
+            text = located(f"{where}: eager forward raised on the example inputs: {describe_exception(exc)}", exc)
+            raise pytest.fail.Exception(text, pytrace=False) from None
+        return found
 
     def run(self, nodeid: str, case: Case, keywords: dict[str, Any], workdir: Path, *, device: str = "cpu",
             tmp_factory: pytest.TempPathFactory) -> CaseResult:
-        """Run one case under the session's options (the path ``pytest_export.check`` takes too)."""
+        """Run one case as ``api.run`` does; a failed export known or expected goes undiagnosed (``gate``: #26)."""
         self._ready()
         self._tmp_factory = self._tmp_factory or tmp_factory
         from .api import run
+        from .gate import diagnosis_skipped
 
-        return run(case, keywords, nodeid=nodeid, options=self.options, workdir=workdir, device=device, session=self)
+        def prepare(options: CaseOptions) -> None:
+            options.diagnose_skipped = diagnosis_skipped(nodeid, options, self.baseline, self.options,
+                                                         self.torch_version())
+            options.diagnose = options.diagnose and not options.diagnose_skipped
+
+        return run(case, keywords, nodeid=nodeid, options=self.options, workdir=workdir, device=device, session=self,
+                   prepare=prepare)
 
     # ---- the gate (the baseline is read on every process: workers judge their own cases) -----------
     @property
@@ -237,6 +247,9 @@ class ExportSession:
                 self.lines.start(report.nodeid)
         results = getattr(report, "export_results", None)
         if results and report.when == "call":
+            from .verdicts import settle
+
+            settle(results, report)  # what pytest reported for the item, and why (#26)
             for r in results:
                 self.record(r)
             return
@@ -246,11 +259,12 @@ class ExportSession:
                 else f"{report.when} failed"
             text = str(report.longrepr).strip().splitlines()
             from .results import ERROR, CaseResult
+            from .verdicts import reported
 
-            self.record(CaseResult(
+            self.record({**CaseResult(
                 report.nodeid, outcome=ERROR, tags=list(self.pending[report.nodeid].get("tags", [])),
                 error=f"{report.nodeid}: {why}: {text[-1] if text else ''}".rstrip(": "),
-            ).to_json())
+            ).to_json(), "item": reported(report), "verdict": "error"})
         if report.when not in ("setup", "call") and self.lines is not None:  # teardown, or its worker's crash
             self.lines.end(report.nodeid, self.durations.get(report.nodeid))
 
@@ -357,35 +371,21 @@ class ExportSession:
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        """The end-of-run tables as ``--export-summary`` asks (full, short, off; ``-q``: short): ``summary``."""
         if self.is_worker or not self.check:
             return
-        if self.cases:
-            from .summary import summary_text
+        from .summary import summary_mode, terminal_parts
 
-            data = self.full_data()
-            terminalreporter.write_sep("=", f"export summary (torch {data.get('torch')})")
-            terminalreporter.write_line(summary_text(list(self.cases.values()), data.get("core_ops"),
-                                                     verbose=config.getoption("verbose") > 0))
-            if any(c.get("tags") for c in self.cases.values()):
-                self.write_conformance(terminalreporter)
-        if self.baseline_messages:
-            terminalreporter.write_sep("=", f"export baseline {self.options.baseline}")
-            for line in self.baseline_messages:
-                terminalreporter.write_line(line)
-        if self.options.report and self.cases:
-            terminalreporter.write_line(f"pytest-export: report written to {self.options.report}"
-                                        + (f" (case lines: {self.lines.path})" if self.lines else ""))
-        if self.lines is not None and self.lines.problem:
-            terminalreporter.write_line(f"pytest-export: case lines: {self.lines.problem}")
-        for line in self.notes:
-            terminalreporter.write_line(line)
-
-    def write_conformance(self, terminalreporter: Any) -> None:
-        """Cases by tag and stage, and the Core ATen coverage they reach."""
-        from .conformance import conformance_table
-
-        terminalreporter.write_sep("=", f"export conformance (torch {self.torch_version()})")
-        terminalreporter.write_line(conformance_table(list(self.cases.values()), self.full_data().get("core_ops")))
+        mode = summary_mode(self.summary, config.getoption("verbose"))
+        parts = terminal_parts(mode, list(self.cases.values()), self.full_data() if self.cases else {},
+                               verbose=config.getoption("verbose") > 0, baseline=self.options.baseline,
+                               messages=self.baseline_messages, report=self.options.report,
+                               lines=str(self.lines.path) if self.lines else None)
+        problem = [f"pytest-export: case lines: {self.lines.problem}"] if self.lines and self.lines.problem else []
+        for title, text in [*parts, *((None, line) for line in [*problem, *self.notes])]:
+            if title:
+                terminalreporter.write_sep("=", title)
+            terminalreporter.write_line(text)
 
 
 def to_builtins(value: Any, where: str = "workeroutput") -> Any:

@@ -107,6 +107,8 @@ def _memory(value: Any, flag: str) -> int | None:
 def _choice(choices: tuple[str, ...], default: str) -> Callable[[Any, str], str]:
     def parse(value: Any, flag: str) -> str:
         value = value or default
+        if value == "":  # not given, and the default is decided where it is used (-q gives --export-summary=short)
+            return value
         if value not in choices:
             raise ValueError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
         return value

@@ -9,37 +9,41 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .conformance import core_ops_reached, stage_order
+from .conformance import conformance_table, core_ops_reached, stage_order
 from .util import markdown_table, text_table
+from .verdicts import (FAILING, KNOWN, MARKED, bad_stages, case_column, failing_label, head, stage_column,
+                       verdict_of)
 
 COLUMNS = ("passed", "failed", "skipped", "xfailed")
-_COLUMN_OF = {"passed": "passed", "failed": "failed", "error": "failed", "xpassed": "failed",
-              "skipped": "skipped", "xfailed": "xfailed"}
+COLUMNS_KNOWN = ("passed", "failed", "known", "skipped", "xfailed")  # where the baseline knows some failures
+KNOWN_LEGEND = "known: failures in the baseline (pytest counts them as xfailed)"
 OUTCOME_ROW = "(case)"
 
 
 def stage_counts(cases: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """{stage: {column: n}} in run order, then under ``(case)`` each item's outcome as pytest reports it."""
-    rows: dict[str, dict[str, int]] = {s: dict.fromkeys(COLUMNS, 0) for s in stage_order(cases)}
-    rows[OUTCOME_ROW] = dict.fromkeys(COLUMNS, 0)
+    """{stage: {column: n}} in run order, then under ``(case)`` each item's outcome as pytest reports it, with
+    known failures (``pytest.xfail`` by the gate) apart from other xfails (``verdicts``)."""
+    rows: dict[str, dict[str, int]] = {s: dict.fromkeys(COLUMNS_KNOWN, 0) for s in stage_order(cases)}
+    rows[OUTCOME_ROW] = dict.fromkeys(COLUMNS_KNOWN, 0)
     for case in cases:
         for name, stage in case.get("stages", {}).items():
-            col = _COLUMN_OF.get(stage.get("status", ""))
+            col = stage_column(case, name, stage.get("status", ""))
             if col:
                 rows[name][col] += 1
-        # the item's verdict where the gate gave one (a baseline expects known failures), as pytest counts it
-        col = _COLUMN_OF.get(case.get("item") or case.get("outcome", ""))
-        if col:
-            rows[OUTCOME_ROW][col] += 1
+        rows[OUTCOME_ROW][case_column(case)] += 1
     return rows
 
 
 def stage_table(cases: list[dict[str, Any]], markdown: bool = False) -> str:
-    """Cases by stage: how many passed, failed (error and strict XPASS count as failed), skipped, xfailed."""
-    header = ["stage", *COLUMNS]
-    rows = [[name, *(c[k] for k in COLUMNS)] for name, c in stage_counts(cases).items()]
+    """Cases by stage: how many passed, failed (error and strict XPASS count as failed), were known failures (a
+    column only where there are some), skipped, xfailed."""
+    counts = stage_counts(cases)
+    columns = COLUMNS_KNOWN if any(c["known"] for c in counts.values()) else COLUMNS
+    header = ["stage", *columns]
+    rows = [[name, *(c[k] for k in columns)] for name, c in counts.items()]
     numbers = range(1, len(header))
-    return markdown_table(header, rows, right=numbers) if markdown else text_table(header, rows, right=numbers)
+    table = markdown_table(header, rows, right=numbers) if markdown else text_table(header, rows, right=numbers)
+    return table + (("\n\n" if markdown else "\n") + KNOWN_LEGEND if "known" in columns else "")
 
 
 def non_core_cases(cases: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
@@ -121,18 +125,21 @@ def coverage_markdown(data: dict[str, Any]) -> str:
 
 
 def summary_markdown(report: dict[str, Any], messages: Iterable[str] = (), limit: int = 20) -> str:
-    """A short Markdown summary for a CI job page."""
+    """A short Markdown summary for a CI job page, headed by the cases' verdicts as pytest counts them."""
     cases = report["cases"]
-    bad = [c for c in cases if c.get("outcome") in ("failed", "error")]
-    lines = [f"### torch.export check: {len(cases)} cases, {len(bad)} failing (torch {report.get('torch')})", "",
-             stage_table(cases, markdown=True), "", coverage_line(report.get("coverage") or coverage_summary(cases, None))]
-    if bad:
-        lines += ["", "Failing cases:", ""]
-        for c in bad[:limit]:
-            stages = [n for n, s in c.get("stages", {}).items() if s.get("status") in ("failed", "error", "xpassed")]
-            lines.append(f"- `{c['nodeid']}`: {c['outcome']}" + (f" in {', '.join(stages)}" if stages else ""))
-        if len(bad) > limit:
-            lines.append(f"- ... and {len(bad) - limit} more")
+    coverage = report.get("coverage") or coverage_summary(cases, None)
+    lines = [f"### torch.export check (torch {report.get('torch')}): {head(cases)}", "",
+             stage_table(cases, markdown=True), "", coverage_line(coverage)]
+    for title, listed in (("Failing cases:", [c for c in cases if verdict_of(c) in FAILING]),
+                          ("Known failures (in the baseline; pytest: xfailed):",
+                           [c for c in cases if verdict_of(c) == KNOWN])):
+        if listed:
+            lines += ["", title, ""]
+            for c in listed[:limit]:
+                stages = bad_stages(c)
+                lines.append(f"- `{c['nodeid']}`: {failing_label(c)}" + (f" in {', '.join(stages)}" if stages else ""))
+            if len(listed) > limit:
+                lines.append(f"- ... and {len(listed) - limit} more")
     ranged = [c for c in cases if (c.get("ranges") or {}).get("dims")]
     if ranged:
         from .cost import coverage_line as range_line
@@ -148,5 +155,55 @@ def summary_markdown(report: dict[str, Any], messages: Iterable[str] = (), limit
     return "\n".join(lines) + "\n"
 
 
+def _stages(case: dict[str, Any]) -> str:
+    stages = bad_stages(case)
+    return f" [{', '.join(stages)}]" if stages else ""
+
+
+# ---- the end of a run in the terminal (--export-summary=full|short|off) --------------------------------------
+SHORT_SKIPS = ("new: ", "error (never baselined): ", MARKED)  # what the short summary's lines say already
+
+
+def _baseline_line(path: str | None, message: str) -> str:
+    return "pytest-export: " + ("" if message.startswith("baseline ") else f"baseline {path}: ") + message
+
+
+def summary_mode(given: str, verbose: int) -> str:
+    """``--export-summary``'s value; not given: ``short`` under ``-q``, else ``full``."""
+    return given or ("short" if verbose < 0 else "full")
+
+
+def terminal_parts(mode: str, cases: list[dict[str, Any]], data: dict[str, Any], *, verbose: bool = False,
+                   baseline: str | None = None, messages: Iterable[str] = (), report: str | None = None,
+                   lines: str | None = None) -> list[tuple[str | None, str]]:
+    """The end of a run as ``(separator title or None, text)`` pairs: ``full`` the tables (the stage table, the
+    conformance table where cases carry tags, the baseline's lines, the report's path), ``short`` one line of
+    verdicts and the report's path with a line per failing case and the baseline's other lines, ``off`` only
+    the baseline's lines that fail the run on their own (stale entries)."""
+    messages = list(messages)
+    torch = data.get("torch")
+    out: list[tuple[str | None, str]] = []
+    if mode == "off":
+        return [(None, _baseline_line(baseline, m)) for m in messages if m.startswith("stale: ")]
+    if mode == "short":
+        if cases:
+            where = f"; report: {report}" if report else ""
+            out.append((None, f"pytest-export: {head(cases)}{where}"))
+            failing = sorted((c for c in cases if verdict_of(c) in FAILING), key=lambda c: c["nodeid"])
+            out += [(None, f"  {failing_label(c)}: {c['nodeid']}{_stages(c)}") for c in failing]
+        out += [(None, _baseline_line(baseline, m)) for m in messages if not m.startswith(SHORT_SKIPS)]
+        return out
+    if cases:
+        text = head(cases) + "\n" + summary_text(cases, data.get("core_ops"), verbose)
+        out.append((f"export summary (torch {torch})", text))
+        if any(c.get("tags") for c in cases):
+            out.append((f"export conformance (torch {torch})", conformance_table(cases, data.get("core_ops"))))
+    if messages:
+        out.append((f"export baseline {baseline}", "\n".join(messages)))
+    if report and cases:
+        out.append((None, f"pytest-export: report written to {report}" + (f" (case lines: {lines})" if lines else "")))
+    return out
+
+
 __all__ = ["summary_text", "stage_table", "stage_counts", "coverage_summary", "coverage_line", "op_table",
-           "coverage_markdown", "summary_markdown", "non_core_cases"]
+           "coverage_markdown", "summary_markdown", "non_core_cases", "terminal_parts", "summary_mode"]

@@ -83,7 +83,7 @@ def test_coverage_json_and_markdown(suite):
 def test_summary_md_option_and_github_step_summary(suite, monkeypatch):
     result, _ = run_check(suite, "-p", "no:xdist", "--export-summary-md", "summary.md")
     text = (suite.path / "summary.md").read_text()
-    assert text.startswith("### torch.export check: 3 cases, 0 failing")
+    assert text.startswith("### torch.export check (torch ") and "): 3 cases: 2 passed, 1 xfailed" in text
     assert "| compare | 2 | 0 | 0 | 1 |" in text and "decomposition coverage:" in text
 
     step = suite.path / "step.md"
@@ -92,7 +92,7 @@ def test_summary_md_option_and_github_step_summary(suite, monkeypatch):
     result, _ = run_check(suite, "-p", "no:xdist")
     assert result.ret == 0
     content = step.read_text()
-    assert content.startswith("earlier step\n### torch.export check: 3 cases")
+    assert content.startswith("earlier step\n### torch.export check (torch ") and "): 3 cases: " in content
     # the option wins over the environment
     run_check(suite, "-p", "no:xdist", "--export-summary-md", "other.md")
     assert step.read_text() == content and (suite.path / "other.md").exists()
@@ -104,7 +104,7 @@ def test_summary_md_lists_failing_cases(suite):
     result, _ = run_check(suite, "-p", "no:xdist", "--export-summary-md", "summary.md")
     assert result.ret == 1
     text = (suite.path / "summary.md").read_text()
-    assert "1 failing" in text and "- `test_cases.py::test_shortcut`: failed in compare" in text
+    assert "1 failing" in text and "- `test_cases.py::test_shortcut`: failing in compare" in text
 
 
 def test_written_files_follow_the_users_umask_and_one_naming_rule(pytester):

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..context import Context, Stage, StageFailure
+from ..frames import class_hint, frames_data, located
 from ..modstate import changed_since, versions
 from ..observe import clone_inputs, preserved_python_state
 from ..timeout import CaseTimeout
@@ -45,10 +46,14 @@ def run(ctx: Context) -> dict[str, Any]:
                                          **extra)
     except Exception as exc:
         export_s = time.perf_counter() - started
-        data: dict[str, Any] = {"exception": type(exc).__name__}
-        text = describe_exception(exc) + export_hint(exc)
+        data: dict[str, Any] = {"exception": type(exc).__name__, **frames_data(exc)}
+        # the model's frames where torch's text does not show them; a class pytree does not know, named
+        text = located(describe_exception(exc), exc) + (_class_hint(ctx, exc) or export_hint(exc))
         if ctx.options.diagnose:
             text += "\n\n" + _diagnosis(ctx, exc, dynamic_shapes, data, export_s)
+        elif ctx.options.diagnose_skipped:  # known or expected (--export-diagnose=auto: issue #26)
+            text += "\n\n" + ctx.options.diagnose_skipped
+            data["diagnosis_skipped"] = ctx.options.diagnose_skipped
         raise StageFailure(text.rstrip(), kind=type(exc).__name__, **data)
     changed = changed_since(before, ctx.keeper)
     data = {
@@ -122,7 +127,10 @@ def _diagnosis(ctx: Context, exc: BaseException, dynamic_shapes: Any, data: dict
             data["timeout"] = ctx.options.timeout or True
             ctx.result.warnings.append(f"stopped after {ctx.options.timeout or 0:g} s in stage export, while "
                                        "diagnosing its failure: " + cut_text(data["diagnosis"]))
-        return diagnosis_text(data["diagnosis"])
+        shown = data["diagnosis"]
+        if (shown.get("draft_export_error") or "").splitlines()[:1] == describe_exception(exc).splitlines()[:1]:
+            shown = {**shown, "draft_export_error": "the same error (above)"}  # each message once (#26)
+        return diagnosis_text(shown)
     except Exception as crash:  # noqa: BLE001 - the diagnosis is extra: its crash must not replace the finding
         return f"(no diagnosis: draft_export could not run: {describe_exception(crash, 300)})"
     finally:
@@ -152,6 +160,15 @@ _HINTS = {
     "Unsupported": "strict tracing (TorchDynamo) cannot trace this code; try strict=False or rewrite it",
     "ConstraintViolationError": "the declared Dim ranges conflict with the code's guards; see the suggested fixes",
 }
+
+
+def _class_hint(ctx: Context, exc: BaseException) -> str:
+    """``torch.export.register_dataclass(<Class>)`` where an output or input class is unknown to pytree (#26)."""
+    try:
+        outputs = ctx.reference().outputs  # eager ran (export needs it): its outputs are cached
+    except Exception:  # noqa: BLE001 - the inputs alone then
+        outputs = None
+    return class_hint(exc, outputs, (ctx.case.args, ctx.case.kwargs))
 
 
 def export_hint(exc: BaseException) -> str:
