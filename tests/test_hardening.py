@@ -198,6 +198,9 @@ def test_reports_are_json_only(tmp_path):
         read_report(bad)
 
 
+UNPICKLING = ("load", "loads", "Unpickler", "_Unpickler", "_load", "_loads")
+
+
 def test_package_never_unpickles():
     root = Path(pytest_export.__file__).parent
     offenders = []
@@ -206,8 +209,14 @@ def test_package_never_unpickles():
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
-                if any(n.split(".")[0] in ("pickle", "cPickle", "dill", "marshal", "shelve") for n in names):
+                if any(n.split(".")[0] in ("cPickle", "dill", "marshal", "shelve") for n in names):
                     offenders.append(f"{src.name}: imports {names}")
+                if getattr(node, "module", None) == "pickle" and any(a.name in UNPICKLING for a in node.names):
+                    offenders.append(f"{src.name}: imports {names}")
+            # pickling is allowed (--export-repro's writer walks a module's classes with a Pickler); reading is not
+            if isinstance(node, ast.Attribute) and node.attr in UNPICKLING and isinstance(node.value, ast.Name) \
+                    and node.value.id == "pickle":
+                offenders.append(f"{src.name}:{node.lineno}: pickle.{node.attr}")
             if isinstance(node, ast.Attribute) and node.attr == "load" and isinstance(node.value, ast.Name) \
                     and node.value.id == "torch":
                 offenders.append(f"{src.name}:{node.lineno}: torch.load")
