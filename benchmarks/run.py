@@ -13,6 +13,8 @@ Figures (goal in brackets):
             [<= 1.25x overall, no model over 1.5x; needs the [zoo] extra]
   ranges    long declared ranges (seq to 131,072, images to 1,024 px): wall time, peak RSS, the max size checked
             by shape and by numerics  [seq 131,072 checked by shape to its max in <= 60 s and <= 2 GB]
+  onnx      the `onnx` stage's duration vs `export`'s in the same check run, five models with a dynamic batch
+            (conversion with torch.onnx and the ONNX Runtime checks); needs the [onnx] extra
 """
 
 from __future__ import annotations
@@ -238,20 +240,27 @@ def bench_ranges(repeats: int) -> dict | None:
     return bench_ranges.measure()
 
 
+def bench_onnx(repeats: int) -> dict | None:
+    import bench_onnx  # the onnx stage's own benchmark
+
+    return bench_onnx.measure(repeats)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats and no corpus xdist run")
-    ap.add_argument("--only", help="comma-separated subset: load,harness,variants,xdist,fuzz,zoo,ranges")
+    ap.add_argument("--only", help="comma-separated subset: load,harness,variants,xdist,fuzz,zoo,ranges,onnx")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE))
     os.environ.setdefault("PYTHONPATH", str(ROOT))
     repeats = 1 if args.quick else 3
-    wanted = set((args.only or "load,harness,variants,xdist,fuzz,zoo,ranges").split(","))
+    wanted = set((args.only or "load,harness,variants,xdist,fuzz,zoo,ranges,onnx").split(","))
     if args.quick:
         wanted.discard("xdist")
     runs = {"load": lambda: bench_load(repeats * 10), "harness": lambda: bench_harness(repeats),
             "variants": lambda: bench_variants(repeats), "xdist": lambda: bench_xdist(1), "fuzz": lambda: bench_fuzz(repeats),
-            "zoo": lambda: bench_zoo(repeats), "ranges": lambda: bench_ranges(repeats)}
+            "zoo": lambda: bench_zoo(repeats), "ranges": lambda: bench_ranges(repeats),
+            "onnx": lambda: bench_onnx(repeats)}
     print(f"pytest-export benchmarks (python {sys.version.split()[0]}, {os.cpu_count()} cores)")
     for name, fn in runs.items():
         if name not in wanted:

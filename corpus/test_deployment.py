@@ -87,6 +87,7 @@ class Counted(torch.nn.Module):
 @pytest.mark.exportable(
     preserve_module_call_signature=("inner", "inner.1"),
     tags=["deployment", "unflatten", "state", "train"],
+    train=True,  # training mode on purpose: no warning
 )
 def test_preserved_nested_submodules_with_train_mode_batch_norm():
     torch.manual_seed(0)

@@ -9,21 +9,23 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .util import text_table
+from .verdicts import case_column, stage_column
 
 UNTAGGED = "(untagged)"
 ALL = "all"
-LEGEND = ("each cell: passed/failed/xfailed/skipped (failed counts error and xpassed too); "
-          "outcome is the case's, the other columns its stages'")
-
-_COLUMN_OF = {"passed": 0, "failed": 1, "error": 1, "xpassed": 1, "xfailed": 2, "skipped": 3}
-
-
-def _counts() -> list[int]:
-    return [0, 0, 0, 0]
+CELL = ("passed", "failed", "xfailed", "skipped")
+CELL_KNOWN = ("passed", "failed", "known", "xfailed", "skipped")  # where the baseline knows some failures
+LEGEND = ("each cell: {cell} (failed counts error and xpassed too{known}); "
+          "outcome is the case's as pytest reports it, the other columns its stages'")
+KNOWN_NOTE = "; known: failures in the baseline, which pytest counts as xfailed"
 
 
-def _cell(counts: list[int] | None) -> str:
-    return "/".join(map(str, counts)) if counts else "-"
+def legend(columns: tuple[str, ...]) -> str:
+    return LEGEND.format(cell="/".join(columns), known=KNOWN_NOTE if "known" in columns else "")
+
+
+def _cell(counts: dict[str, int] | None, columns: tuple[str, ...]) -> str:
+    return "/".join(str(counts.get(c, 0)) for c in columns) if counts else "-"
 
 
 def stage_order(cases: Iterable[dict[str, Any]]) -> list[str]:
@@ -57,31 +59,37 @@ def conformance_table(cases: list[dict[str, Any]], core_ops: Iterable[str] | int
     rows: dict[str, dict[str, Any]] = {}
 
     def row(name: str) -> dict[str, Any]:
-        return rows.setdefault(name, {"cases": 0, "outcome": _counts(), "stages": {}})
+        return rows.setdefault(name, {"cases": 0, "outcome": {}, "stages": {}})
 
     for case in cases:
         tags = list(dict.fromkeys(case.get("tags") or [])) or [UNTAGGED]
+        outcome = case_column(case)
+        columns = {stage: stage_column(case, stage, data.get("status", ""))
+                   for stage, data in case.get("stages", {}).items()}
         for name in [*tags, ALL]:
             r = row(name)
             r["cases"] += 1
-            col = _COLUMN_OF.get(case.get("outcome", ""))
-            if col is not None:
-                r["outcome"][col] += 1
-            for stage, data in case.get("stages", {}).items():
-                col = _COLUMN_OF.get(data.get("status", ""))
+            r["outcome"][outcome] = r["outcome"].get(outcome, 0) + 1
+            for stage, col in columns.items():
                 if col is not None:
-                    r["stages"].setdefault(stage, _counts())[col] += 1
+                    counts = r["stages"].setdefault(stage, {})
+                    counts[col] = counts.get(col, 0) + 1
 
+    known = any(r["outcome"].get("known") or any(c.get("known") for c in r["stages"].values()) for r in rows.values())
+    cell = CELL_KNOWN if known else CELL
     ordered = sorted((n for n in rows if n not in (ALL, UNTAGGED)), key=str.lower)
     ordered += [n for n in (UNTAGGED, ALL) if n in rows]
     header = ["tag", "cases", "outcome", *stages]
-    body = [[name, rows[name]["cases"], _cell(rows[name]["outcome"]), *(_cell(rows[name]["stages"].get(s)) for s in stages)]
-            for name in ordered]
+    body = [[name, rows[name]["cases"], _cell(rows[name]["outcome"], cell),
+             *(_cell(rows[name]["stages"].get(s), cell) for s in stages)] for name in ordered]
     lines = [text_table(header, body, right=range(1, len(header)),
                         rule_before=[i for i, name in enumerate(ordered) if name == ALL])]
-    lines.append(LEGEND)
+    lines.append(legend(cell))
     if core_ops is not None:
         lines.append(core_aten_line(cases, core_ops))
+    matrix = deployment_matrix(cases)  # the deployment paths per case (issue #27)
+    if matrix:
+        lines.append(matrix)
     return "\n".join(lines)
 
 
@@ -97,4 +105,37 @@ def core_aten_line(cases: list[dict[str, Any]], core_ops: Iterable[str] | int) -
     return f"Core ATen coverage: {len(reached)} of {total} core ops ({pct:.0f}%) reached after run_decompositions()"
 
 
-__all__ = ["conformance_table", "core_ops_reached", "core_aten_line", "stage_order"]
+DEPLOYMENT = ("export", "aoti", "onnx")
+"""The deployment matrix's columns: the exported program, and each path it ships by."""
+
+
+def deployment_matrix(cases: list[dict[str, Any]]) -> str | None:
+    """One row per case that ran a deployment stage (``aoti``, ``onnx``): each column's status (with the failure's
+    signature, ``failed (unsupported-op)``), ``-`` where not run, and an ``all`` row of passed/failed/xfailed/
+    skipped counts; None where no case ran one."""
+    shipped = [c for c in cases if any(s in c.get("stages", {}) for s in DEPLOYMENT[1:])]
+    if not shipped:
+        return None
+    totals = {s: [0, 0, 0, 0] for s in DEPLOYMENT}
+    order = {"passed": 0, "failed": 1, "error": 1, "xpassed": 1, "xfailed": 2, "skipped": 3}
+
+    def cell(case: dict[str, Any], stage: str) -> str:
+        data = case.get("stages", {}).get(stage)
+        if not data:
+            return "-"
+        status = data.get("status", "")
+        if status in order:
+            totals[stage][order[status]] += 1
+        signature = data.get("signature") if status in ("failed", "xfailed") else None
+        return f"{status} ({signature})" if signature else status
+
+    body = [[c["nodeid"].rsplit("/", 1)[-1], *(cell(c, s) for s in DEPLOYMENT)]
+            for c in sorted(shipped, key=lambda c: c["nodeid"])]
+    body.append([ALL, *("/".join(map(str, totals[s])) for s in DEPLOYMENT)])
+    return ("deployment matrix: the exported program and the paths it ships by, per case\n"
+            + text_table(["case", *DEPLOYMENT], body, rule_before=[len(body) - 1])
+            + "\nall: passed/failed/xfailed/skipped (failed counts error and xpassed too); - where the stage did not run")
+
+
+__all__ = ["conformance_table", "deployment_matrix", "DEPLOYMENT", "legend", "CELL", "CELL_KNOWN", "core_ops_reached",
+           "core_aten_line", "stage_order"]

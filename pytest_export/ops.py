@@ -58,11 +58,28 @@ def _random_op(target: object) -> bool:
     return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
 
 
+_ZERO_MEANS_NOT_RANDOM = ("dropout_p", "p")  # sdpa(dropout_p=0.0), dropout(p=0.0): seeded by tag, random by value
+
+
+def _random_call(node, target: object) -> bool:
+    """Whether this call of a seeded op draws anything: attention and dropout with a probability of 0 do not
+    (``ops.random_outputs`` took every attention output for random, and backends never compared its values, #27)."""
+    if not _random_op(target):
+        return False
+    args = list(node.args)
+    for i, arg in enumerate(target._schema.arguments):
+        if arg.name in _ZERO_MEANS_NOT_RANDOM:
+            value = node.kwargs.get(arg.name, args[i] if i < len(args) else arg.default_value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+                return False
+    return True
+
+
 def _graph_is_random(gm: object) -> bool:
     graph = getattr(gm, "graph", None)
     if not isinstance(graph, torch.fx.Graph):
         return False
-    return any(n.op == "call_function" and any(_random_op(t) for t in _targets(n)) for n in graph.nodes) or any(
+    return any(n.op == "call_function" and any(_random_call(n, t) for t in _targets(n)) for n in graph.nodes) or any(
         _graph_is_random(sub) for sub in getattr(gm, "children", lambda: [])())
 
 
@@ -77,7 +94,7 @@ def random_outputs(ep) -> dict[str, object]:
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
-        own = [op_name(t) for t in _targets(node) if _random_op(t)]
+        own = [op_name(t) for t in _targets(node) if _random_call(node, t)]
         subgraphs = [getattr(gm, a.target, None) for a in node.all_input_nodes if a.op == "get_attr"]
         if own or any(_graph_is_random(sub) for sub in subgraphs):
             ops.update(own or [str(getattr(node.target, "__name__", node.target))])

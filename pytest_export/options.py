@@ -12,7 +12,8 @@ from typing import Any, Callable
 
 from .util import comma_list
 
-STAGES = ("export", "compare", "serde", "decomp", "guards", "fuzz", "retrace", "unflatten", "cuda", "aoti")
+STAGES = ("export", "compare", "serde", "decomp", "guards", "fuzz", "retrace", "unflatten", "cuda", "aoti",
+          "onnx")
 """Stage names in run order. They are public: reports, baselines and ``xfail`` use them."""
 
 ORDER = ("eager", *STAGES)
@@ -318,6 +319,7 @@ class CaseOptions:
     budget: float | None = 30.0  # seconds for every check after export (None: no limit)
     max_memory: int | None = None  # bytes a numeric probe may use (None: cost.default_max_memory())
     diagnose: bool = True
+    diagnose_skipped: str = ""  # why a failed export is not diagnosed (--export-diagnose=auto: known or expected)
     preserve_module_call_signature: tuple[str, ...] = ()
     aoti: bool = False
     onnx: bool = False

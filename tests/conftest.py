@@ -14,6 +14,8 @@ import pytest
 _KEEP = ("torch", "functorch", "sympy", "mpmath", "hypothesis", "xdist", "execnet", "filelock", "jinja2", "markupsafe",
          "networkx", "fsspec", "typing_extensions", "pytest_export", "numpy", "transformers", "tokenizers",
          "safetensors", "regex", "yaml",
+         # the onnx stage's packages (onnx's and onnxruntime's C extensions load once per process too)
+         "onnx", "onnxscript", "onnxruntime", "onnx_ir", "ml_dtypes",
          # torch's CUDA wheels load triton lazily (strict export, inductor); its C extension cannot load twice
          "triton")
 

@@ -62,7 +62,7 @@ def _whisper_inputs(batch: int, tgt: int) -> dict:
 @pytest.mark.exportable(
     dynamic_shapes={"input_features": {0: BATCH}, "decoder_input_ids": {0: BATCH, 1: TGT}, "use_cache": None},
     input_builder=lambda sizes, args, kwargs: ((), _whisper_inputs(sizes["batch"], sizes["tgt"])),
-    tags=["zoo", "audio", "encoder-decoder", "zoo-ci"],
+    tags=["zoo", "audio", "encoder-decoder", "zoo-ci", "onnx"],
 )
 def test_whisper():
     seeded()

@@ -31,7 +31,7 @@ LM = dict(dynamic_shapes={**text_shapes(), "use_cache": None}, input_builder=_bu
 
 
 @pytest.mark.exportable(
-    **LM, tags=["zoo", "decoder"],
+    **LM, tags=["zoo", "decoder", "onnx"],
     xfail={"decomp": "SDPA's fake kernel reports a (B, S, H, D)-strided output, so export drops the .contiguous() "
                      "after it; run_decompositions() lowers SDPA to (B, H, S, D) and Conv1D's x.view(-1, E) raises"},
 )
@@ -42,7 +42,7 @@ def test_gpt2():
     return _lm(transformers.GPT2LMHeadModel(config))
 
 
-@pytest.mark.exportable(**LM, tags=["zoo", "decoder", "zoo-ci"])
+@pytest.mark.exportable(**LM, tags=["zoo", "decoder", "zoo-ci", "onnx"])
 def test_llama():
     seeded()
     return _lm(transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA_LIKE)))
