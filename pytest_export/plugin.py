@@ -29,7 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{MARKER}(dynamic_shapes=None, strict=False, rtol=None, atol=None, core_aten=None, tags=(), xfail=None, ...): "
         "the test returns (module, args[, kwargs]); with --export-check it is exported and checked "
-        "(see pytest-export's README for every keyword)",
+        "(see docs/options.md of pytest-export for every keyword)",
     )
     es = session_mod.ExportSession(config, is_case=items_mod.is_case)
     config.stash[session_mod.SESSION_KEY] = es

@@ -177,7 +177,7 @@ def test_markdown_for_the_job_page(tmp_path, capsys, monkeypatch):
     md = tmp_path / "summary.md"
     assert gate(tmp_path, capsys, "--markdown", str(md))[0] == 1
     text = md.read_text()
-    assert text.startswith("### torch.export check: 1 cases, 1 failing (torch 2.13.0+cpu)")
+    assert text.startswith("### torch.export check (torch 2.13.0+cpu): 1 case: 1 failing")
     assert "- new: t.py::new: new failure in compare\n- gate failed: 1 case with a new failure" in text
     # like --export-summary-md: by default appended to $GITHUB_STEP_SUMMARY, and never replacing what is there
     step = tmp_path / "step.md"
@@ -315,21 +315,25 @@ def test_durations_of_a_report_without_them_warn(tmp_path, capsys):
 
 
 def test_the_readmes_commands_are_the_commands():
-    """Every ``python -m pytest_export`` line of the README (the CI matrix of "Many machines" included) parses."""
+    """Every ``python -m pytest_export`` line of the README and docs/ (the CI matrix of "Many machines" included)
+    parses."""
     import re
     import shlex
     from pathlib import Path
 
     from pytest_export.__main__ import make_parser
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    code = "\n".join(re.findall(r"```(?:bash|yaml)\n(.*?)```", readme, re.S))
+    root = Path(__file__).resolve().parent.parent
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
+    code = "\n".join(re.findall(r"```(?:bash|yaml)\n(.*?)```", text, re.S))
     lines = re.findall(r"python -m pytest_export (.*?)(?:  #.*)?$", code, re.M)
     commands = {}
     for line in lines:
         argv = shlex.split(line)
         commands.setdefault(argv[0], []).append(make_parser().parse_args(argv))
     assert set(commands) == {"merge", "show", "diff", "gate", "durations"}, lines
-    matrix = readme.split("### Many machines", 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
+    ci = (root / "docs" / "ci.md").read_text(encoding="utf-8")
+    matrix = ci.split("\n## Many machines\n", 1)[1].split("\n## ", 1)[0]
     assert "--markdown \"$GITHUB_STEP_SUMMARY\"" in matrix and "durations report.json -o .test_durations" in matrix
     assert "--splits 3 --group ${{ matrix.group }}" in matrix and "| 3 shards, `-n 1` each |" in matrix

@@ -1,12 +1,25 @@
-"""The README renders as written: every table is whole (no blank line cuts rows off it, every row has the header's
-cells), and the Quick start holds the two commands `.ci/run` runs."""
+"""The README and the pages of docs/ render as written and stay true to the package: every table is whole (no
+blank line cuts rows off it, every row has the header's cells), every relative link points at a file of the
+repository and at a heading there, every option and marker keyword is documented, the README stays short and
+leads with the install, its Develop section holds the two commands `.ci/run` runs, and no page refers to a
+file outside the repository."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [README, *DOCS]  # what the README links and the table check covers
+MARKDOWN = [*PAGES, ROOT / "CHANGELOG.md", ROOT / "tests" / "README.md"]  # every Markdown file of the repository
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
 
 
 def _cells(line: str) -> list[str]:
@@ -23,28 +36,45 @@ def _cells(line: str) -> list[str]:
     return cells + [cell]
 
 
-def _blocks(text: str) -> list[tuple[int, list[str]]]:
-    """(first line number, lines) of each run of table lines, outside fenced code."""
-    out, run, start, fenced = [], [], 0, False
+def _prose(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of every line outside fenced code."""
+    out, fenced = [], False
     for no, line in enumerate(text.splitlines(), 1):
         if line.startswith("```"):
             fenced = not fenced
-        is_row = not fenced and line.startswith("|")
-        if is_row:
+        elif not fenced:
+            out.append((no, line))
+    return out
+
+
+def _blocks(text: str) -> list[tuple[int, list[str]]]:
+    """(first line number, lines) of each run of table lines, outside fenced code."""
+    out, run, start, last = [], [], 0, -1
+    for no, line in _prose(text):
+        if line.startswith("|") and (not run or no == last + 1):
             if not run:
                 start = no
             run.append(line)
-        elif run:
-            out.append((start, run))
-            run = []
+        else:
+            if run:
+                out.append((start, run))
+            run = [line] if line.startswith("|") else []
+            start = no
+        last = no
     if run:
         out.append((start, run))
     return out
 
 
-def test_every_table_is_whole():
+def test_the_pages_are_the_readme_and_docs():
+    assert DOCS, "docs/ holds the reference the README links"
+    assert all(page.exists() for page in MARKDOWN)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_every_table_is_whole(page):
     problems = []
-    for start, rows in _blocks(README.read_text(encoding="utf-8")):
+    for start, rows in _blocks(page.read_text(encoding="utf-8")):
         if len(rows) < 2 or not re.fullmatch(r"\|?(\s*:?-{3,}:?\s*\|)+\s*:?-{0,}:?\s*\|?", rows[1].strip()):
             problems.append(f"line {start}: table rows without a header and a --- line (cut off by a blank line?)")
             continue
@@ -52,13 +82,124 @@ def test_every_table_is_whole():
         for i, row in enumerate(rows[2:], 2):
             if len(_cells(row)) != width:
                 problems.append(f"line {start + i}: {len(_cells(row))} cells, the header has {width}")
-    assert not problems, "\n".join(problems)
+    assert not problems, f"{_rel(page)}:\n" + "\n".join(problems)
 
 
-def test_quick_start_holds_the_two_commands_ci_runs():
-    quick = README.read_text(encoding="utf-8").split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    first, second = re.findall(r"```bash\n(.*?)\n```", quick, re.S)
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lowercase, punctuation but '-' and '_' removed, spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    for _, line in _prose(page.read_text(encoding="utf-8")):
+        m = re.match(r"#{1,6} (.*)", line)
+        if m:
+            base = _anchor(m.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            out.add(base if n == 0 else f"{base}-{n}")  # GitHub numbers a repeated heading's anchor
+    return out
+
+
+def _links(page: Path) -> list[tuple[int, str]]:
+    """(line number, target) of every Markdown link outside fenced code and code spans."""
+    out = []
+    for no, line in _prose(page.read_text(encoding="utf-8")):
+        line = re.sub(r"`[^`]*`", "", line)
+        out += [(no, target) for target in re.findall(r"\]\(([^)\s]+)\)", line)]
+    return out
+
+
+def test_anchor_rules():
+    assert _anchor("The run's scope") == "the-runs-scope"
+    assert _anchor("When `-n` pays off") == "when--n-pays-off"
+    assert _anchor("Reports of shards, and torch upgrades") == "reports-of-shards-and-torch-upgrades"
+    assert _anchor("`max_memory`") == "max_memory"
+
+
+@pytest.mark.parametrize("page", [*PAGES, ROOT / "CHANGELOG.md", ROOT / "tests" / "README.md"], ids=_rel)
+def test_every_relative_link_resolves(page):
+    """A link to a file of the repository points at one that exists; its `#anchor` at a heading there."""
+    problems = []
+    for no, target in _links(page):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.is_relative_to(ROOT):
+            problems.append(f"line {no}: {target}: outside the repository")
+        elif not dest.exists():
+            problems.append(f"line {no}: {target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+            problems.append(f"line {no}: {target}: no heading #{anchor} in {_rel(dest)}")
+    assert not problems, f"{_rel(page)}:\n" + "\n".join(problems)
+
+
+def test_the_readme_links_every_page_of_docs():
+    linked = {(ROOT / path).resolve() for _, target in _links(README) for path in [target.partition("#")[0]] if path}
+    assert not [_rel(page) for page in DOCS if page not in linked]
+
+
+@pytest.mark.parametrize("page", MARKDOWN, ids=_rel)
+def test_no_page_refers_to_files_outside_the_repository(page):
+    text = page.read_text(encoding="utf-8")
+    assert "shared/" not in text and "../shared" not in text
+
+
+def test_every_option_and_marker_keyword_is_documented():
+    from pytest_export.options import KEYWORDS
+    from pytest_export.settings import SETTINGS
+
+    options = (ROOT / "docs" / "options.md").read_text(encoding="utf-8")
+    rows = [line for _, line in _prose(options) if line.startswith("| `")]
+    flags = {m for row in rows for m in re.findall(r"`(--export-[a-z-]+)", _cells(row)[0])}
+    inis = {_cells(row)[1].strip().strip("`") for row in rows if len(_cells(row)) > 2}
+    keywords = {m for row in rows for m in re.findall(r"`(\w+)`", _cells(row)[0])}
+    assert not [s.flag for s in SETTINGS if s.flag not in flags], "options without a row in docs/options.md"
+    assert not [s.name for s in SETTINGS if s.name not in inis], "ini names missing from docs/options.md"
+    assert not [k for k in KEYWORDS if k not in keywords], "marker keywords without a row in docs/options.md"
+
+
+def test_the_readme_is_for_users():
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 220
+    headings = [line for _, line in _prose(text) if line.startswith("## ")]
+    assert headings[0] == "## Install" and headings.index("## Install") < headings.index("## Develop")
+    install = text.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    for extra in ("[xdist]", "[zoo]", "[onnx]"):
+        assert extra in install
+    assert 'pip install "pytest-export[xdist]"' in install and "git+<this repository's URL>" in install
+    assert "python -m build" in install and "--index-url https://download.pytorch.org/whl/cpu" in install
+    assert ".hypothesis/" in text
+
+
+def test_no_workflow_installs_the_checkout():
+    """The GitHub Actions examples are for a model repository: they install pytest-export, never `-e .`."""
+    workflows = [block for page in PAGES for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S)]
+    assert len(workflows) >= 3  # the README's job, the CI gate of docs/ci.md, the shards of "Many machines"
+    for block in workflows:
+        assert "pip install -e" not in block and "-e ." not in block
+        assert re.search(r'pip install (--no-deps )?"?pytest-export\b', block)
+
+
+def test_develop_holds_the_two_commands_ci_runs():
+    develop = README.read_text(encoding="utf-8").split("\n## Develop\n", 1)[1].split("\n## ", 1)[0]
+    first, second = re.findall(r"```bash\n(.*?)\n```", develop, re.S)
     assert "pip install" in first and "pytest corpus --export-check" in first
     assert second.startswith(". .venv/bin/activate && ") and "pytest" in second  # works from a new shell
-    ci = (README.parent / ".ci" / "run").read_text()
-    assert "readme_command 0" in ci and "readme_command 1" in ci
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert '"\\n## Develop\\n"' in ci and "readme_command 0" in ci and "readme_command 1" in ci
+    assert "tox -e corpus-torch214" in ci
+
+
+def test_the_version_is_one():
+    """`pytest_export.__version__`, the installed metadata and pyproject's version agree; the changelog has it."""
+    import importlib.metadata
+
+    import pytest_export
+
+    version = re.search(r'(?m)^version = "(.+)"$', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert pytest_export.__version__ == importlib.metadata.version("pytest-export") == version
+    assert f"## {version}" in (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
