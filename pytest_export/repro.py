@@ -34,14 +34,15 @@ _OUT_OF_RANGE = ("max", "min", "relation", "static")
 
 
 def script_name(nodeid: str) -> str:
-    """``tests/test_models.py::test_mlp[a-1]`` -> ``tests__test_models__test_mlp_a-1``."""
+    """``tests/test_models.py::test_mlp[a-1]`` -> ``repro_tests__test_models__test_mlp_a-1``: a name pytest's
+    default ``python_files`` (``test_*.py``, ``*_test.py``) never collects, where DIR lies under the tests."""
     text = re.sub(r"::|[/\\]", "__", nodeid.replace(".py::", "::"))
     text = re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_") or "case"
     if len(text) > 120:
         import hashlib
 
         text = f"{text[:100]}_{hashlib.sha1(nodeid.encode()).hexdigest()[:10]}"
-    return text if text[0].isalpha() else f"case_{text}"
+    return f"repro_{text}" + ("_" if text.endswith("_test") else "")
 
 
 def write_repro(directory: str | None, case: Any, options: CaseOptions, result: CaseResult) -> CaseResult:

@@ -100,9 +100,9 @@ def test_a_script_per_failing_case_reproduces_in_a_fresh_process(pytester, tmp_p
     repro = pytester.path / "repro"
     names = {"test_export_fails", "test_compare_fails", "test_imports_its_file", "test_guards_at_one",
              "test_fuzz_in_the_middle"}
-    assert sorted(p.name for p in repro.iterdir()) == sorted(f"test_cases__{n}{s}" for n in names for s in (".py", ".pt"))
+    assert sorted(p.name for p in repro.iterdir()) == sorted(f"repro_test_cases__{n}{s}" for n in names for s in (".py", ".pt"))
     assert "repro" not in cases["test_passes"]  # a passing case: no script
-    scripts = {n: repro / f"test_cases__{n}.py" for n in names}
+    scripts = {n: repro / f"repro_test_cases__{n}.py" for n in names}
     for n in names:
         assert cases[n]["repro"] == str(Path("repro") / scripts[n].name)
         text = scripts[n].read_text()
@@ -141,7 +141,7 @@ def test_shortcut():
     skip = ("--export-skip-stages", "serde,decomp,retrace")
     result, data = run_check(pytester, "--export-repro", "out/repro", *skip)
     result.assert_outcomes(failed=1)
-    script = pytester.path / "out" / "repro" / "test_cases__test_shortcut.py"
+    script = pytester.path / "out" / "repro" / "repro_test_cases__test_shortcut.py"
     assert cases_by_name(data)["test_shortcut"]["repro"] == str(Path("out", "repro", script.name))
     # the bug fixed (here: the model computes the same while exporting): the script says so and exits 0
     proc = _run_script(script, tmp_path / "elsewhere", FIXED="1")
@@ -164,11 +164,11 @@ def test_the_plain_python_api_writes_one_too(tmp_path):
 
     result = pytest_export.check(Shortcut(), (torch.ones(3),), name="api::shortcut",
                                  session=SessionOptions(check=True, repro=str(tmp_path / "r")))
-    assert result.outcome == "failed" and result.info["repro"] == str(tmp_path / "r" / "api__shortcut.py")
+    assert result.outcome == "failed" and result.info["repro"] == str(tmp_path / "r" / "repro_api__shortcut.py")
     # the class is copied from this file (a module of the package `tests`): a stand-in module takes it
-    text = (tmp_path / "r" / "api__shortcut.py").read_text()
+    text = (tmp_path / "r" / "repro_api__shortcut.py").read_text()
     assert "MODEL_MODULE = 'tests.test_option_export_repro'" in text and "class Shortcut(torch.nn.Module):" in text
-    assert _reproduces(tmp_path / "r" / "api__shortcut.py", tmp_path / "elsewhere").startswith(
+    assert _reproduces(tmp_path / "r" / "repro_api__shortcut.py", tmp_path / "elsewhere").startswith(
         "REPRODUCED: the exported program disagrees with eager (call 1)")
 
 
@@ -203,12 +203,18 @@ def test_dynamic_shapes_are_written_as_source():
 
 
 @pytest.mark.parametrize("nodeid, name", [
-    ("test_models.py::test_mlp", "test_models__test_mlp"),
-    ("tests/models/test_x.py::TestA::test_b[strict-cuda:0]", "tests__models__test_x__TestA__test_b_strict-cuda_0"),
-    ("1.py::t", "case_1__t"),
+    ("test_models.py::test_mlp", "repro_test_models__test_mlp"),
+    ("tests/models/test_x.py::TestA::test_b[strict-cuda:0]",
+     "repro_tests__models__test_x__TestA__test_b_strict-cuda_0"),
+    ("1.py::t", "repro_1__t"),
+    ("models_test.py::check_test", "repro_models_test__check_test_"),
 ])
 def test_script_names_follow_the_nodeid(nodeid, name):
+    import fnmatch
+
     assert script_name(nodeid) == name
+    # a later pytest run over the folder that holds DIR must not collect the scripts as test modules
+    assert not any(fnmatch.fnmatch(f"{name}.py", glob) for glob in ("test_*.py", "*_test.py"))
 
 
 PROBES = '''
@@ -237,13 +243,13 @@ def test_a_fake_probe_and_a_specialized_axis_reproduce(pytester, tmp_path):
     write_cases(pytester, PROBES)
     result, data = run_check(pytester, "--export-repro", "repro", "--hypothesis-seed", "0", "--export-examples", "5")
     result.assert_outcomes(failed=2)
-    fake = pytester.path / "repro" / "test_cases__test_fake_probe.py"
+    fake = pytester.path / "repro" / "repro_test_cases__test_fake_probe.py"
     assert "b=100000 (in range; inputs built by the harness with seed 1234, run with fake tensors)" in fake.read_text()
-    assert (pytester.path / "repro" / "test_cases__test_fake_probe.pt").stat().st_size < 20_000  # shapes, no data
+    assert (pytester.path / "repro" / "repro_test_cases__test_fake_probe.pt").stat().st_size < 20_000  # shapes, no data
     assert _reproduces(fake, tmp_path / "elsewhere") == (
         "REPRODUCED: the exported program accepts in-range sizes b=100000 but disagrees with eager:\n"
         "  output: (100000, 3) torch.float32 vs (99999, 3) torch.float32\n")
-    specialized = pytester.path / "repro" / "test_cases__test_specialized.py"
+    specialized = pytester.path / "repro" / "repro_test_cases__test_specialized.py"
     assert _reproduces(specialized, tmp_path / "elsewhere") == (
         "REPRODUCED: x.shape[0]: declared dynamic in [2, 16], export specialized it to 4\n")
 
@@ -271,7 +277,7 @@ def test_xdist_workers_write_the_scripts(pytester, tmp_path):
     result, data = run_check(pytester, "-n", "2", "--export-repro", "repro", subprocess=True)
     result.assert_outcomes(passed=1, failed=1)
     assert sorted(p.name for p in (pytester.path / "repro").iterdir()) == [
-        "test_cases__test_export_fails.pt", "test_cases__test_export_fails.py"]
-    assert cases_by_name(data)["test_export_fails"]["repro"] == str(Path("repro", "test_cases__test_export_fails.py"))
-    assert _reproduces(pytester.path / "repro" / "test_cases__test_export_fails.py", tmp_path / "elsewhere").startswith(
+        "repro_test_cases__test_export_fails.pt", "repro_test_cases__test_export_fails.py"]
+    assert cases_by_name(data)["test_export_fails"]["repro"] == str(Path("repro", "repro_test_cases__test_export_fails.py"))
+    assert _reproduces(pytester.path / "repro" / "repro_test_cases__test_export_fails.py", tmp_path / "elsewhere").startswith(
         "REPRODUCED: torch.export.export raised GuardOnDataDependentSymNode")
