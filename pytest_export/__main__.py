@@ -197,7 +197,9 @@ def gate(report_path: str, baseline_path: str, *, warn_stale: bool = False, mark
     if step and (md_path is None or os.path.abspath(md_path) == os.path.abspath(step)):
         md_path, append = step, True  # the job page's file is shared by the job's steps: add, never replace
     if md_path:
-        write_summary_md(md_path, report, [*head, *verdict.messages, line], append=append)
+        # the cases as this gate judged them (a merged gate finds what no shard could: a stale entry, #26)
+        judged = {**report, "cases": verdict.cases} if verdict.cases else report
+        write_summary_md(md_path, judged, [*head, *verdict.messages, line], append=append)
     return 1 if verdict.failed or partial else 0
 
 
