@@ -37,8 +37,11 @@ def run(case: Case, keywords: dict[str, Any], *, nodeid: str, options: SessionOp
     case_options.device = device
     if prepare is not None:
         prepare(case_options)
-    result = run_case(case, case_options, nodeid=nodeid, workdir=Path(workdir) if workdir else None, session=session)
-    return write_repro((options or SessionOptions()).repro, case, case_options, result)  # --export-repro DIR
+    kept: list[Any] = []
+    result = run_case(case, case_options, nodeid=nodeid, workdir=Path(workdir) if workdir else None, session=session,
+                      keep=kept)
+    # --export-repro DIR: a script per failing case, its probe's inputs built on the case's own program
+    return write_repro((options or SessionOptions()).repro, case, case_options, result, kept[0] if kept else None)
 
 
 def check(module: Any, args: Any, kwargs: Any = None, *, name: str = "<check>", raise_on_failure: bool = False,

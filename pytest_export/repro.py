@@ -45,22 +45,24 @@ def script_name(nodeid: str) -> str:
     return f"repro_{text}" + ("_" if text.endswith("_test") else "")
 
 
-def write_repro(directory: str | None, case: Any, options: CaseOptions, result: CaseResult) -> CaseResult:
+def write_repro(directory: str | None, case: Any, options: CaseOptions, result: CaseResult,
+                ran: Any = None) -> CaseResult:
     """With a ``directory`` (``--export-repro``), write the case's script there, or, for a passing case, remove the
-    one an earlier run wrote; ``result`` is returned as it was, a problem added as a warning (never raises)."""
+    one an earlier run wrote; ``result`` is returned as it was, a problem added as a warning (never raises).
+    ``ran`` is the run's context: its exported program builds a failing probe's inputs (no second export)."""
     if directory:
-        _write_or_remove(Path(directory), case, options, result)
+        _write_or_remove(Path(directory), case, options, result, ran)
     return result
 
 
-def _write_or_remove(folder: Path, case: Any, options: CaseOptions, result: CaseResult) -> None:
+def _write_or_remove(folder: Path, case: Any, options: CaseOptions, result: CaseResult, ran: Any = None) -> None:
     name = script_name(result.nodeid)
     failing = [(n, s) for n, s in result.stages.items() if s.status in (FAILED, XFAILED)]
     try:
         why = []
         for stage_name, stage in failing:
             try:
-                check, probe, extra = _plan(stage_name, stage.data, stage.message, case, options, result.nodeid)
+                check, probe, extra = _plan(stage_name, stage.data, stage.message, case, options, result.nodeid, ran)
             except NotScriptable as exc:
                 why.append(f"{stage_name}: {exc}")
                 continue
@@ -88,7 +90,7 @@ def _remove_stale(folder: Path, name: str) -> None:
 
 
 def _plan(stage: str, data: dict[str, Any], message: str, case: Any, options: CaseOptions,
-          nodeid: str) -> tuple[str, dict[str, Any] | None, dict[str, Any]]:
+          nodeid: str, ran: Any = None) -> tuple[str, dict[str, Any] | None, dict[str, Any]]:
     """(the key of ``reproscript.CHECKS``, the probe to save or None, extra constants) for one failed stage."""
     if stage not in SCRIPTED:
         raise NotScriptable(f"the {stage} stage is not scripted")
@@ -101,7 +103,7 @@ def _plan(stage: str, data: dict[str, Any], message: str, case: Any, options: Ca
     sizes = re.search(r"(?:in-range sizes|at sizes) ([^:\n]+)", message) if stage == "retrace" else None
     if stage == "retrace" and not sizes:
         return stage, None, {}
-    ctx, au = _context(case, options, nodeid)
+    ctx, au = _context(case, options, nodeid, ran)
     from .probing import PROBE_SEED, Probe, sized
 
     if stage == "retrace":
@@ -128,8 +130,13 @@ def _plan(stage: str, data: dict[str, Any], message: str, case: Any, options: Ca
     raise NotScriptable("no failing probe or declared axis to check")
 
 
-def _context(case: Any, options: CaseOptions, nodeid: str) -> tuple[Any, Any]:
-    """The case exported once more (on cpu) with its audit: the harness's own machinery builds the probe's inputs."""
+def _context(case: Any, options: CaseOptions, nodeid: str, ran: Any = None) -> tuple[Any, Any]:
+    """A context on cpu with its program and audit: the harness's own machinery builds the probe's inputs. The
+    run's own where it ran on cpu; a case checked on another device is exported once more, on cpu."""
+    if ran is not None and ran.ep is not None and options.device == "cpu":
+        au = ran.audit()
+        if au is not None and not au.errors:
+            return ran, au
     import torch
 
     from .context import Context

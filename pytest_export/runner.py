@@ -77,8 +77,9 @@ _TIMEOUT_WARNED: list[str] = []  # said once per process where --export-timeout 
 
 
 def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: Path | None = None,
-             session: Any = None) -> CaseResult:
-    """Run every enabled stage of one case and return its result (never raises for a stage failure)."""
+             session: Any = None, keep: list[Context] | None = None) -> CaseResult:
+    """Run every enabled stage of one case and return its result (never raises for a stage failure); ``keep``
+    receives the case's context (its one exported program) for work after the run, such as a repro script."""
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pytest-export-")))
@@ -90,6 +91,8 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
                 return CaseResult(nodeid, tags=list(options.tags), error=(
                     f"{nodeid}: could not move the case to {options.device}: {describe_exception(exc)}")).finish()
         ctx = Context(case, options, nodeid, workdir, session, source=source)
+        if keep is not None:
+            keep.append(ctx)
         stack.enter_context(captured_torch_output(ctx.result.info))  # torch's output: the report's (#26)
         ctx.read_declaration()
         stages = [s for s in REGISTRY if s.enabled(ctx)]
