@@ -26,10 +26,12 @@ def build(name: str, module: Any, args: Any, kwargs: Any, keywords: dict[str, An
 
 def run(case: Case, keywords: dict[str, Any], *, nodeid: str, options: SessionOptions | None = None,
         workdir: str | Path | None = None, device: str = "cpu", session: Any = None,
-        prepare: Callable[[CaseOptions], None] | None = None) -> CaseResult:
+        prepare: Callable[[CaseOptions], None] | None = None,
+        progress: Callable[[str, float], None] | None = None) -> CaseResult:
     """Run every stage of ``case``: the session's ``options`` (default: those of ``--export-check`` alone) under
     the marker's ``keywords``, on ``device``; ``session`` gives the stages run-wide caches (the pytest session),
-    ``prepare`` settles what only it knows (a known failure goes undiagnosed) before the case runs."""
+    ``prepare`` settles what only it knows (a known failure goes undiagnosed) before the case runs, ``progress``
+    hears of each stage as it starts (``runner.run_case``)."""
     from .repro import write_repro
     from .runner import run_case
 
@@ -39,7 +41,7 @@ def run(case: Case, keywords: dict[str, Any], *, nodeid: str, options: SessionOp
         prepare(case_options)
     kept: list[Any] = []
     result = run_case(case, case_options, nodeid=nodeid, workdir=Path(workdir) if workdir else None, session=session,
-                      keep=kept)
+                      keep=kept, progress=progress)
     # --export-repro DIR: a script per failing case, its probe's inputs built on the case's own program
     return write_repro((options or SessionOptions()).repro, case, case_options, result, kept[0] if kept else None)
 

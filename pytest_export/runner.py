@@ -9,7 +9,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .case import Case
 from .context import Context, Stage, StageFailure, StageSkip
@@ -77,9 +77,11 @@ _TIMEOUT_WARNED: list[str] = []  # said once per process where --export-timeout 
 
 
 def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: Path | None = None,
-             session: Any = None, keep: list[Context] | None = None) -> CaseResult:
+             session: Any = None, keep: list[Context] | None = None,
+             progress: Callable[[str, float], None] | None = None) -> CaseResult:
     """Run every enabled stage of one case and return its result (never raises for a stage failure); ``keep``
-    receives the case's context (its one exported program) for work after the run, such as a repro script."""
+    receives the case's context (its one exported program) for work after the run, such as a repro script;
+    ``progress(stage, seconds since the case started)`` is called before each stage and with ``""`` at the end."""
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pytest-export-")))
@@ -97,6 +99,7 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
         ctx.read_declaration()
         stages = [s for s in REGISTRY if s.enabled(ctx)]
         current, started = None, [time.perf_counter()]
+        begun = started[0]  # the case's start (started[0] moves to each stage's): for progress
         try:
             with time_limit(options.timeout) as enforced:
                 if options.timeout and not enforced and not _TIMEOUT_WARNED:
@@ -106,6 +109,8 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
                         "main thread); cases run without a time limit")
                 for stage in stages:
                     current = stage
+                    if progress is not None:
+                        progress(stage.name, time.perf_counter() - begun)
                     out = ctx.result.add(_run_stage(ctx, stage, started))
                     if out.data.get("timeout"):  # its verdict stands, but the case's time ran out in it (#23)
                         raise CaseTimeout(f"ran out in stage {stage.name}")
@@ -117,6 +122,8 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
         coverage = ctx.coverage()
         if coverage:
             ctx.result.info["ranges"] = coverage
+        if progress is not None:
+            progress("", time.perf_counter() - begun)
         return ctx.result.finish()
 
 

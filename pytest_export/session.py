@@ -146,14 +146,16 @@ class ExportSession:
         self._tmp_factory = self._tmp_factory or tmp_factory
         from .api import run
         from .gate import diagnosis_skipped
+        from .progress import Progress
 
         def prepare(options: CaseOptions) -> None:
             options.diagnose_skipped = diagnosis_skipped(nodeid, options, self.baseline, self.options,
                                                          self.torch_version())
             options.diagnose = options.diagnose and not options.diagnose_skipped
 
-        return run(case, keywords, nodeid=nodeid, options=self.options, workdir=workdir, device=device, session=self,
-                   prepare=prepare)
+        with Progress.of(self.config, self.summary).case(nodeid) as progress:  # the stage a long case is in (#31)
+            return run(case, keywords, nodeid=nodeid, options=self.options, workdir=workdir, device=device,
+                       session=self, prepare=prepare, progress=progress)
 
     # ---- the gate (the baseline is read on every process: workers judge their own cases) -----------
     @property

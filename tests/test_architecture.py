@@ -29,7 +29,7 @@ LAYERS: list[list[str]] = [
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance)
     ["case", "compare", "baseline", "tags", "variants", "conformance"],
     # the declaration, one observed forward call, session settings, the gate, text summaries
-    ["declaration", "observe", "settings", "gate", "summary"],
+    ["declaration", "observe", "settings", "gate", "summary", "progress"],
     ["audit", "report"],
     # what stages share
     ["strategies", "context"],
