@@ -1,6 +1,6 @@
-"""Diagnosis of a failed export: rerun it with ``torch.export.draft_export`` and, for a constraint violation,
-the corrected ``dynamic_shapes`` from ``refine_dynamic_shapes_from_suggested_fixes``, printed as Python that
-exports when pasted back.
+"""Diagnosis of a failed export: a constraint violation whose message carries torch's fix gets the corrected
+``dynamic_shapes`` from ``refine_dynamic_shapes_from_suggested_fixes``, checked and printed as Python to paste back,
+without ``draft_export`` (#31); any other failure is rerun with ``torch.export.draft_export``.
 
 Called by the ``export`` stage only after export raised (the runner has imported torch already). The diagnosis
 runs under its own time limit (``limit_for``): what it found before a limit cut it is kept, and it says so.
@@ -102,10 +102,17 @@ def draft_findings(module: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, 
     }
 
 
-def refined_dynamic_shapes(exc: BaseException, dynamic_shapes: Any) -> Any | None:
-    """The corrected spec for a constraint violation (a UserError whose message has suggested fixes)."""
+def suggested_fixes_message(exc: BaseException) -> str | None:
+    """A constraint violation's ``exc.msg`` with torch's "Suggested fixes", cut before torch's trailing paragraph."""
     msg = getattr(exc, "msg", None) or str(exc)
-    if dynamic_shapes is None or "Suggested fixes" not in msg:
+    msg = re.split(r"\n\s*The error above occurred when calling torch\.export", msg, maxsplit=1)[0].rstrip()
+    return msg if "Suggested fixes:" in msg else None
+
+
+def refined_dynamic_shapes(exc: BaseException, dynamic_shapes: Any) -> Any | None:
+    """The corrected spec for a constraint violation, by torch's own refiner (derived fixes such as ``4*_h``)."""
+    msg = suggested_fixes_message(exc)
+    if dynamic_shapes is None or msg is None:
         return None
     from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
 
@@ -116,6 +123,7 @@ def refined_dynamic_shapes(exc: BaseException, dynamic_shapes: Any) -> Any | Non
 _REFUSALS = ("Guard failed", "Expected input", "to be equal to", "to be <=", "to be >=", "is outside of",
              "Runtime assertion failed")
 MAX_REFINE = 3  # rounds of pasting torch's suggestion back and refining it again
+FIX_FROM_MESSAGE = "torch's error carries the fix: built and checked without draft_export"
 
 
 def checked_fix(fixed: Any, module: Any, args: tuple, kwargs: dict, strict: bool) -> dict[str, Any]:
@@ -302,6 +310,8 @@ def diagnose(exc: BaseException, module: Any, args: tuple, kwargs: dict, dynamic
              workdir: Any = None, limit: float | None = None) -> dict[str, Any]:
     """Everything known about a failed export, as JSON-able data; never raises.
 
+    A fix torch's refiner builds from its message is checked (``checked_fix``) and draft_export does not run
+    (``draft_export_skipped``); any other failure, or a fix it cannot build, gets ``draft_findings``.
     Runs for at most ``limit`` seconds (``limit_for``; None: no limit of its own). When a limit cuts it, its own
     or the case's (``CaseTimeout``, which this catches: the export's verdict is reached, the caller keeps it), what
     was found before is kept and ``cut`` is True, with ``cut_by`` (``"limit"`` or ``"case timeout"``) and
@@ -312,14 +322,23 @@ def diagnose(exc: BaseException, module: Any, args: tuple, kwargs: dict, dynamic
     if limit:
         out["limit_s"] = round(limit, 3)
     t0 = time.monotonic()
+    torch_text = ""
     try:
         with time_limit(limit, error=Expired):
             try:
                 fixed = refined_dynamic_shapes(exc, dynamic_shapes)
-                if fixed is not None:
-                    out.update(checked_fix(fixed, module, args, kwargs, strict))
-            except Exception as err:  # noqa: BLE001 - building the fix fails in some torch versions (FACTS)
+                torch_text = to_python(fixed) if fixed is not None else ""
+            except Exception as err:  # noqa: BLE001 - the refiner cannot build every fix: draft_export then
+                fixed = None
                 out["dynamic_shapes_fix_error"] = describe_exception(err, 500)
+            if fixed is not None:
+                out["draft_export_skipped"] = FIX_FROM_MESSAGE
+                try:
+                    out.update(checked_fix(fixed, module, args, kwargs, strict))
+                except Exception as err:  # noqa: BLE001 - a check that crashes confirms nothing
+                    out.update(dynamic_shapes_fix_torch=torch_text,
+                               dynamic_shapes_fix_problem=f"checking it raised {describe(err).rstrip('.')}")
+                return out
             try:
                 out.update(draft_findings(module, args, kwargs, dynamic_shapes, strict, workdir))
             except Exception as err:  # noqa: BLE001 - draft_export itself may raise; the original failure stands
@@ -327,6 +346,9 @@ def diagnose(exc: BaseException, module: Any, args: tuple, kwargs: dict, dynamic
     except (Expired, CaseTimeout) as cut:
         out.update(cut=True, cut_by="limit" if isinstance(cut, Expired) else "case timeout",
                    cut_after_s=round(time.monotonic() - t0, 3))
+        if out.get("draft_export_skipped") and not {"dynamic_shapes_fix", "dynamic_shapes_fix_problem"} & out.keys():
+            out.update(dynamic_shapes_fix_torch=torch_text,
+                       dynamic_shapes_fix_problem="its check (exporting again with it) was cut by the time limit")
     return out
 
 
@@ -342,11 +364,13 @@ def cut_text(d: dict[str, Any]) -> str:
         limit = d.get("limit_s")
         why = (f"its own limit of {limit:.1f} s" if isinstance(limit, (int, float)) else "its own limit") + (
             f" (twice export's time, at least {LIMIT_FLOOR_S:g} s)")
-    return f"{head} (draft_export did not finish): {why}; --export-no-diagnose skips it"
+    what = "checking torch's suggested fix" if d.get("draft_export_skipped") else "draft_export"
+    return f"{head} ({what} did not finish): {why}; --export-no-diagnose skips it"
 
 
 def diagnosis_text(d: dict[str, Any]) -> str:
-    lines = ["diagnosis (torch.export.draft_export):"]
+    """draft_export's findings, or the fix from torch's message alone: to paste if checked, else why and torch's."""
+    lines = [f"diagnosis ({d.get('draft_export_skipped') or 'torch.export.draft_export'}):"]
     if d.get("cut"):
         lines.append("  " + cut_text(d))
     if d.get("failure_types"):
@@ -362,7 +386,8 @@ def diagnosis_text(d: dict[str, Any]) -> str:
             note = f"; {d['dynamic_shapes_fix_note']}" if d.get("dynamic_shapes_fix_note") else ""
             lines.append(f"  (checked: it exports again and its program takes the bounds of its ranges{note})")
     elif d.get("dynamic_shapes_fix_problem"):
-        lines.append(f"  no corrected dynamic_shapes to paste: {d['dynamic_shapes_fix_problem']}; torch suggested:")
+        lines.append(f"  no corrected dynamic_shapes to paste (not confirmed): {d['dynamic_shapes_fix_problem']}; "
+                     "torch suggested:")
         lines += ["    " + ln for ln in d.get("dynamic_shapes_fix_torch", "").splitlines()]
     elif d.get("dynamic_shapes_fix_error"):
         lines.append(f"  (could not build the corrected dynamic_shapes: {d['dynamic_shapes_fix_error'].splitlines()[0]})")
@@ -370,4 +395,4 @@ def diagnosis_text(d: dict[str, Any]) -> str:
 
 
 __all__ = ["diagnose", "diagnosis_text", "cut_text", "limit_for", "to_python", "draft_findings",
-           "refined_dynamic_shapes"]
+           "refined_dynamic_shapes", "suggested_fixes_message", "FIX_FROM_MESSAGE"]

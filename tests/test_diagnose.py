@@ -1,4 +1,5 @@
-"""Diagnosis of export failures: draft_export findings, and a corrected dynamic_shapes that exports when pasted back."""
+"""Diagnosis of export failures: a constraint violation's fix built from torch's message and checked (without
+draft_export), draft_export's findings for the rest, and a corrected dynamic_shapes that exports when pasted back."""
 
 from __future__ import annotations
 
@@ -52,17 +53,18 @@ def test_constraint_violation_prints_a_spec_that_exports_when_pasted_back(pytest
     case = cases_by_name(data)["test_narrowing"]
     export = case["stages"]["export"]
     assert export["status"] == "failed" and export["exception"] == "UserError"
+    # torch's message carries the fix: built from it and checked, draft_export not run (#31)
+    assert export["diagnosis_skipped"] == diagnose.FIX_FROM_MESSAGE
+    assert export["fix_checked"] is True
     diag = export["diagnosis"]
-    assert "GUARD_ADDED" in diag["failure_types"]
-    assert any("> 4" in g and "L['x'].size()[0]" in g for g in diag["guards"]), diag["guards"]
-    wheres = [f["where"] for f in diag["failures"]]
-    assert "if x.shape[0] > 4:" in wheres and not any("draft_export" in w or "diagnose" in w for w in wheres)
-    # torch's structured-trace records stay out of pytest's captured log
-    assert "torch.__trace" not in result.stdout.str()
-    fix = diag["dynamic_shapes_fix"]
-    result.stdout.fnmatch_lines(["*diagnosis (torch.export.draft_export):*", "*failure types: GUARD_ADDED*",
-                                 "*corrected dynamic_shapes (refine_dynamic_shapes_from_suggested_fixes); paste back:*",
-                                 "*b = Dim('b', min=5, max=64)*", "*dynamic_shapes = {'x': {0: b}, 'y': {0: b}}*"])
+    assert "failure_types" not in diag and "failures" not in diag
+    fix = export["dynamic_shapes_fix"]
+    assert diag["dynamic_shapes_fix"] == fix
+    result.stdout.fnmatch_lines([
+        "*diagnosis (torch's error carries the fix: built and checked without draft_export):*",
+        "*corrected dynamic_shapes (refine_dynamic_shapes_from_suggested_fixes); paste back:*",
+        "*b = Dim('b', min=5, max=64)*", "*dynamic_shapes = {'x': {0: b}, 'y': {0: b}}*",
+        "*(checked: it exports again and its program takes the bounds of its ranges)*"])
     # paste it back: it must export, with the narrowed range
     namespace: dict = {}
     exec(fix, namespace)
@@ -71,10 +73,188 @@ def test_constraint_violation_prints_a_spec_that_exports_when_pasted_back(pytest
     ranges = [(int(r.lower), int(r.upper)) for r in ep.range_constraints.values()]
     assert ranges == [(5, 64)]
 
-    dd = cases_by_name(data)["test_data_dependent"]["stages"]["export"]["diagnosis"]
+    dd_export = cases_by_name(data)["test_data_dependent"]["stages"]["export"]
+    dd = dd_export["diagnosis"]
     assert dd["failure_types"] == ["DATA_DEPENDENT_ERROR"]
-    assert "dynamic_shapes_fix" not in dd
-    assert any("x.sum() > 0" in f["where"] for f in dd["failures"])
+    assert "dynamic_shapes_fix" not in dd and "draft_export_skipped" not in dd
+    assert not {"dynamic_shapes_fix", "fix_checked", "diagnosis_skipped"} & set(dd_export)
+    wheres = [f["where"] for f in dd["failures"]]
+    assert any("x.sum() > 0" in w for w in wheres) and not any("draft_export" in w or "diagnose" in w for w in wheres)
+    # torch's structured-trace records stay out of pytest's captured log
+    assert "torch.__trace" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*diagnosis (torch.export.draft_export):*", "*failure types: DATA_DEPENDENT_ERROR*"])
+
+
+@pytest.fixture
+def draft_calls(monkeypatch):
+    """Every call of ``torch.export.draft_export``, which still runs (the real one)."""
+    real = torch.export.draft_export
+    calls: list = []
+
+    def counted(*a, **k):
+        calls.append(a[0])
+        return real(*a, **k)
+
+    monkeypatch.setattr(torch.export, "draft_export", counted)
+    return calls
+
+
+@pytest.fixture
+def no_draft(monkeypatch):
+    """``torch.export.draft_export`` counted and refused: a test that must not need it says so by its count."""
+    calls: list = []
+
+    def refused(*a, **k):
+        calls.append(a[0])
+        raise AssertionError("draft_export must not run for this failure")
+
+    monkeypatch.setattr(torch.export, "draft_export", refused)
+    return calls
+
+
+class Narrowing1(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] > 4:
+            return x[:4] * 2
+        return x * 2
+
+
+def test_a_constraint_violation_gets_its_fix_from_torchs_message_checked_without_draft_export(no_draft):
+    import pytest_export
+
+    res = pytest_export.check(Narrowing1(), (torch.randn(6, 3),), name="t.py::test_narrowing1",
+                              dynamic_shapes={"x": {0: Dim("b", min=2, max=64)}})
+    export = res.stages["export"]
+    assert export.status == "failed" and export.data["exception"] == "UserError", export
+    assert no_draft == []
+    assert export.data["fix_checked"] is True
+    assert export.data["diagnosis_skipped"] == "torch's error carries the fix: built and checked without draft_export"
+    fix = export.data["dynamic_shapes_fix"]
+    assert fix == "from torch.export import Dim\nb = Dim('b', min=5, max=64)\ndynamic_shapes = {'x': {0: b}}"
+    assert "draft_export_error" not in export.data["diagnosis"]
+    # the failure text shows it, ready to paste, and says it was checked
+    assert "corrected dynamic_shapes (refine_dynamic_shapes_from_suggested_fixes); paste back:\n" \
+           "    from torch.export import Dim\n    b = Dim('b', min=5, max=64)\n" in export.message
+    assert "(checked: it exports again" in export.message
+    ns: dict = {}
+    exec(fix, ns)
+    ep = torch.export.export(Narrowing1(), (torch.randn(6, 3),), dynamic_shapes=ns["dynamic_shapes"])
+    assert [(int(r.lower), int(r.upper)) for r in ep.range_constraints.values()] == [(5, 64)]
+
+
+class ByFour(torch.nn.Module):
+    """Height in blocks of 4: torch's fix is a derived dim (``h = 4*_h``), which a hand parser of its message fails
+    on ("Cannot convert symbols to int")."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        n, _, h, w = x.shape
+        return self.conv(x).reshape(n, 4, h // 4, 4, w).sum(3)
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_a_derived_fix_is_built_by_torchs_refiner_and_checked(no_draft, strict):
+    import pytest_export
+
+    torch.manual_seed(0)
+    res = pytest_export.check(ByFour(), (torch.randn(1, 3, 8, 8),), name="t.py::test_by_four", strict=strict,
+                              dynamic_shapes={"x": {2: Dim("h", min=4, max=64)}})
+    export = res.stages["export"]
+    assert export.status == "failed" and export.data["exception"] == "UserError", export
+    assert no_draft == []
+    assert export.data["fix_checked"] is True, export.data["diagnosis"]
+    fix = export.data["dynamic_shapes_fix"]
+    assert "_h = Dim('_h', min=1, max=16)" in fix and "dynamic_shapes = {'x': {2: 4*_h}}" in fix, fix
+    assert "4*_h" in export.message and "paste back:" in export.message
+    ns: dict = {}
+    exec(fix, ns)
+    torch.export.export(ByFour(), (torch.randn(1, 3, 12, 8),), dynamic_shapes=ns["dynamic_shapes"], strict=strict)
+
+
+def test_an_unconfirmed_fix_says_why_and_shows_torchs_suggestion(no_draft):
+    import pytest_export
+
+    class OddOnly(torch.nn.Module):
+        def forward(self, x):
+            if x.shape[0] % 2 == 1:
+                return x * 2
+            return x.sum(0, keepdim=True).expand_as(x)
+
+    res = pytest_export.check(OddOnly(), (torch.randn(5, 3),), name="t.py::test_odd",
+                              dynamic_shapes={"x": {0: Dim("b", min=2, max=16)}})
+    export = res.stages["export"]
+    assert no_draft == []
+    assert export.data["fix_checked"] is False and "dynamic_shapes_fix" not in export.data
+    assert export.data["diagnosis_skipped"] == diagnose.FIX_FROM_MESSAGE
+    # torch suggests b = 2*_b - 1 with _b's min at 0: exported again, it fails; one line says so
+    lines = export.message.splitlines()
+    why = [ln for ln in lines if "not confirmed" in ln]
+    assert len(why) == 1 and "export raises AssertionError: Expected derived min value" in why[0], why
+    assert "_b = Dim('_b', max=8)" in export.message and "2*_b - 1" in export.message
+    assert "paste back:" not in export.message
+
+
+def test_a_constraint_violation_whose_fix_cannot_be_built_falls_back_to_draft_export(draft_calls, monkeypatch):
+    import torch.export.dynamic_shapes as dynamic_shapes_mod
+
+    import pytest_export
+
+    def broken(msg, spec):
+        raise ValueError("Cannot convert symbols to int")
+
+    monkeypatch.setattr(dynamic_shapes_mod, "refine_dynamic_shapes_from_suggested_fixes", broken)
+    res = pytest_export.check(Narrowing1(), (torch.randn(6, 3),), name="t.py::test_narrowing1",
+                              dynamic_shapes={"x": {0: Dim("b", max=64)}})
+    export = res.stages["export"]
+    assert export.status == "failed" and len(draft_calls) == 1
+    assert not {"dynamic_shapes_fix", "fix_checked", "diagnosis_skipped"} & set(export.data)
+    diag = export.data["diagnosis"]
+    assert diag["dynamic_shapes_fix_error"] == "ValueError: Cannot convert symbols to int"
+    assert "GUARD_ADDED" in diag["failure_types"]
+    assert any("> 4" in g and "L['x'].size()[0]" in g for g in diag["guards"]), diag["guards"]
+    wheres = [f["where"] for f in diag["failures"]]
+    assert "if x.shape[0] > 4:" in wheres and not any("draft_export" in w or "diagnose" in w for w in wheres)
+    assert "diagnosis (torch.export.draft_export):" in export.message
+    assert "(could not build the corrected dynamic_shapes: ValueError: Cannot convert symbols to int)" \
+        in export.message
+
+
+def test_a_data_dependent_failure_still_gets_draft_exports_diagnosis(draft_calls):
+    import pytest_export
+
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x + 1
+            return x - 1
+
+    res = pytest_export.check(DataDependent(), (torch.ones(3),), name="t.py::test_dd")
+    export = res.stages["export"]
+    assert export.status == "failed" and len(draft_calls) == 1
+    diag = export.data["diagnosis"]
+    assert diag["failure_types"] == ["DATA_DEPENDENT_ERROR"]
+    assert not {"dynamic_shapes_fix", "fix_checked", "diagnosis_skipped"} & set(export.data)
+    assert "diagnosis (torch.export.draft_export):" in export.message
+
+
+def test_torchs_message_is_cut_before_its_trailing_paragraph():
+    """Where only the exception's text is there (no ``.msg``), the paragraph torch appends after its suggested
+    fixes is cut: the refiner would read its lines as fixes."""
+    text = ("Constraints violated (b)! For more information, run with TORCH_LOGS=\"+dynamic\".\n"
+            "  - Not all values of b = L['x'].size()[0] in the specified range b <= 64 satisfy the generated guard "
+            "5 <= L['x'].size()[0] and L['x'].size()[0] <= 64\n"
+            "Suggested fixes:\n  b = Dim('b', min=5, max=64)\n\n"
+            "The error above occurred when calling torch.export.export. If you would like to view some more "
+            "information about this error, and get a list of all other errors that may occur in your export call, "
+            "you can replace your `export()` call with `draft_export()`.")
+    msg = diagnose.suggested_fixes_message(RuntimeError(text))
+    assert msg.endswith("Suggested fixes:\n  b = Dim('b', min=5, max=64)")
+    fixed = diagnose.refined_dynamic_shapes(RuntimeError(text), {"x": {0: Dim("b", max=64)}})
+    assert (fixed["x"][0].min, fixed["x"][0].max) == (5, 64)
+    assert diagnose.suggested_fixes_message(RuntimeError("Could not guard on data-dependent expression")) is None
 
 
 def test_no_diagnose_option(pytester):
@@ -82,7 +262,8 @@ def test_no_diagnose_option(pytester):
     result, data = run_check(pytester, "-p", "no:xdist", "--export-no-diagnose")
     assert result.ret == 1
     for case in data["cases"]:
-        assert "diagnosis" not in case["stages"]["export"]
+        export = case["stages"]["export"]
+        assert not {"diagnosis", "dynamic_shapes_fix", "fix_checked", "diagnosis_skipped"} & set(export), export
     assert "draft_export" not in result.stdout.str().split("short test summary")[0].replace(
         "you can replace your `export()` call with `draft_export()`", "")
 
@@ -199,23 +380,47 @@ def test_a_case_timeout_during_the_diagnosis_keeps_the_failed_export(pytester):
         case["warnings"]
 
 
+class NarrowingSlowDraft(torch.nn.Module):
+    def forward(self, x):
+        import torch._functorch.config as functorch_config
+
+        if x.shape[0] > 4:
+            x = x[:4]
+        # a flag only draft_export sets (private; torch 2.13): export raises its constraint violation at once,
+        # draft_export hangs (for a minute at most)
+        deadline = time.monotonic() + 60
+        while functorch_config.fake_tensor_propagate_real_tensors and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return x + 1
+
+
+def test_a_fix_from_torchs_message_does_not_wait_for_draft_export():
+    """Where draft_export would hang (as it ran for its whole limit on real-width models, #31), the fix torch's
+    message carries is built and checked at once."""
+    import pytest_export
+
+    t0 = time.monotonic()
+    result = pytest_export.check(NarrowingSlowDraft(), (torch.randn(6, 3),), name="t.py::test_narrowing_slow",
+                                 dynamic_shapes={"x": {0: Dim("b", max=64)}})
+    assert time.monotonic() - t0 < 30
+    export = result.stages["export"]
+    assert export.status == "failed" and export.data["exception"] == "UserError", export
+    assert export.data["fix_checked"] is True and "cut" not in export.data["diagnosis"]
+    assert "b = Dim('b', min=5, max=64)" in export.data["dynamic_shapes_fix"]
+    assert export.data["diagnosis_s"] < 20
+
+
 @needs_alarm
-def test_a_cut_diagnosis_keeps_the_corrected_dynamic_shapes(monkeypatch):
+def test_a_cut_draft_export_unwinds_its_configuration(monkeypatch):
     import torch._functorch.config as functorch_config
+    import torch.export.dynamic_shapes as dynamic_shapes_mod
 
     import pytest_export
 
-    class NarrowingSlowDraft(torch.nn.Module):
-        def forward(self, x):
-            if x.shape[0] > 4:
-                x = x[:4]
-            # a flag only draft_export sets (private; torch 2.13): export raises its constraint violation at once,
-            # draft_export hangs (for a minute at most)
-            deadline = time.monotonic() + 60
-            while functorch_config.fake_tensor_propagate_real_tensors and time.monotonic() < deadline:
-                time.sleep(0.05)
-            return x + 1
+    def broken(msg, spec):  # no fix from torch's message: draft_export runs, and hangs
+        raise ValueError("Cannot convert symbols to int")
 
+    monkeypatch.setattr(dynamic_shapes_mod, "refine_dynamic_shapes_from_suggested_fixes", broken)
     monkeypatch.setattr(diagnose, "LIMIT_FLOOR_S", 1.0)
     t0 = time.monotonic()
     result = pytest_export.check(NarrowingSlowDraft(), (torch.randn(6, 3),), name="t.py::test_narrowing_slow",
@@ -225,8 +430,47 @@ def test_a_cut_diagnosis_keeps_the_corrected_dynamic_shapes(monkeypatch):
     assert export.status == "failed" and export.data["exception"] == "UserError", export
     diag = export.data["diagnosis"]
     assert diag["cut"] is True and diag["cut_by"] == "limit", diag
-    assert "b = Dim('b', min=5, max=64)" in diag["dynamic_shapes_fix"]  # built before draft_export was cut
-    assert "diagnosis cut after" in export.message and "b = Dim('b', min=5, max=64)" in export.message
+    assert diag["dynamic_shapes_fix_error"].startswith("ValueError")
+    assert "diagnosis cut after" in export.message and "(draft_export did not finish)" in export.message
     # the cut unwound draft_export's configuration: later cases in this process export as before
     assert not functorch_config.fake_tensor_propagate_real_tensors
     assert not functorch_config.generate_fake_kernels_from_real_mismatches
+
+
+@needs_alarm
+def test_a_cut_check_of_the_fix_keeps_torchs_suggestion_unconfirmed(no_draft, monkeypatch):
+    import pytest_export
+
+    checking: list = []
+
+    class HangsWhenChecked(torch.nn.Module):
+        def forward(self, x):
+            if x.shape[0] > 4:
+                x = x[:4]
+            deadline = time.monotonic() + 60  # for a minute at most
+            while checking and torch.compiler.is_exporting() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return x + 1
+
+    real = diagnose.checked_fix
+
+    def check_hangs(*a, **k):
+        checking.append(True)
+        return real(*a, **k)
+
+    monkeypatch.setattr(diagnose, "checked_fix", check_hangs)
+    monkeypatch.setattr(diagnose, "LIMIT_FLOOR_S", 1.0)
+    t0 = time.monotonic()
+    result = pytest_export.check(HangsWhenChecked(), (torch.randn(6, 3),), name="t.py::test_hangs_when_checked",
+                                 dynamic_shapes={"x": {0: Dim("b", max=64)}})
+    assert time.monotonic() - t0 < 40
+    export = result.stages["export"]
+    assert export.status == "failed" and export.data["exception"] == "UserError", export
+    assert no_draft == [] and checking
+    diag = export.data["diagnosis"]
+    assert diag["cut"] is True and diag["cut_by"] == "limit", diag
+    assert export.data["fix_checked"] is False and "dynamic_shapes_fix" not in export.data
+    assert "b = Dim('b', min=5, max=64)" in diag["dynamic_shapes_fix_torch"]  # built before the check was cut
+    assert "(checking torch's suggested fix did not finish)" in export.message
+    assert "not confirmed): its check (exporting again with it) was cut by the time limit" in export.message
+    assert "b = Dim('b', min=5, max=64)" in export.message and "paste back:" not in export.message

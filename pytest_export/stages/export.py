@@ -104,9 +104,11 @@ def _stderr_once():
 
 
 def _diagnosis(ctx: Context, exc: BaseException, dynamic_shapes: Any, data: dict[str, Any], export_s: float) -> str:
-    """draft_export's account of a failed export, timed on its own and under its own limit (issue #23: it ran
-    for more than 12 minutes after an export that failed in 70 s); a diagnosis that itself crashes or is cut is
-    said so, and never hides the export failure.
+    """The account of a failed export (``diagnose``), timed on its own and under its own limit (issue #23:
+    draft_export ran for more than 12 minutes after an export that failed in 70 s): for a constraint violation
+    whose message carries torch's suggested fixes, the fix built from it and checked, without draft_export
+    (``_fix_data`` puts it in the stage's data); else draft_export's findings. A diagnosis that itself crashes or
+    is cut is said so, and never hides the export failure.
 
     When the case's own time (``--export-timeout``) runs out here, torch's verdict stands: the stage stays
     ``failed``, and ``data["timeout"]`` tells the runner that the case's time is up (it skips the later stages as
@@ -127,6 +129,7 @@ def _diagnosis(ctx: Context, exc: BaseException, dynamic_shapes: Any, data: dict
             data["timeout"] = ctx.options.timeout or True
             ctx.result.warnings.append(f"stopped after {ctx.options.timeout or 0:g} s in stage export, while "
                                        "diagnosing its failure: " + cut_text(data["diagnosis"]))
+        _fix_data(data["diagnosis"], data)
         shown = data["diagnosis"]
         if (shown.get("draft_export_error") or "").splitlines()[:1] == describe_exception(exc).splitlines()[:1]:
             shown = {**shown, "draft_export_error": "the same error (above)"}  # each message once (#26)
@@ -135,6 +138,18 @@ def _diagnosis(ctx: Context, exc: BaseException, dynamic_shapes: Any, data: dict
         return f"(no diagnosis: draft_export could not run: {describe_exception(crash, 300)})"
     finally:
         data["diagnosis_s"] = round(time.perf_counter() - t0, 4)
+
+
+def _fix_data(diagnosis: dict[str, Any], data: dict[str, Any]) -> None:
+    """A fix built from torch's own message (no draft_export: issue #31) in the stage's data: ``diagnosis_skipped``
+    (why draft_export did not run), ``fix_checked`` (whether exporting again with it succeeded) and, only when it
+    did, ``dynamic_shapes_fix`` (Python to paste)."""
+    if not diagnosis.get("draft_export_skipped"):
+        return
+    data["diagnosis_skipped"] = diagnosis["draft_export_skipped"]
+    data["fix_checked"] = bool(diagnosis.get("dynamic_shapes_fix_checked") and diagnosis.get("dynamic_shapes_fix"))
+    if data["fix_checked"]:
+        data["dynamic_shapes_fix"] = diagnosis["dynamic_shapes_fix"]
 
 
 def _check_preserved(ctx: Context) -> None:
