@@ -8,6 +8,11 @@ The zoo (``corpus/zoo/``, tag ``zoo``) holds real architectures and costs minute
 keeps only its CI slice (tag ``zoo-ci``). The whole zoo runs when the run selects by tag
 (``--export-tags zoo``, the ini ``export_tags``, or a ``-m`` expression naming a zoo tag), or when it names
 the zoo itself (``pytest corpus/zoo``, a zoo file, a zoo case).
+
+The zoo's real-width cases (tag ``width``, ``corpus/zoo/test_zoo_width.py``: released configurations, hundreds of
+MB of weights and minutes each) run only when asked for by name: when the run selects the tag ``width``
+(``--export-tags width``, the ini ``export_tags``, or a ``-m`` expression naming it) or names their file or one of
+their cases. Neither ``pytest corpus/zoo`` nor ``--export-tags zoo`` runs them.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import re
 from pathlib import Path
 
 ZOO = Path(__file__).resolve().parent / "zoo"
-ZOO_TAG, ZOO_CI_TAG = "zoo", "zoo-ci"
+ZOO_TAG, ZOO_CI_TAG, WIDTH_TAG = "zoo", "zoo-ci", "width"
 
 
 def pytest_configure(config):
@@ -34,14 +39,27 @@ def _tags(item) -> set[str]:
         return set()
 
 
-def _selects_tags(config) -> bool:
+def _export_tags(config) -> list[str]:
+    """The tags ``--export-tags`` selects (the command line wins over the ini, as the plugin reads them)."""
     try:
         ini = config.getini("export_tags")
     except ValueError:  # the plugin is not loaded (-p no:export)
         ini = None
-    if config.getoption("export_tags", None) or ini:
-        return True
-    return bool(re.search(r"\bzoo", getattr(config.option, "markexpr", "") or ""))
+    value = config.getoption("export_tags", None) or ini or []
+    chunks = [value] if isinstance(value, str) else value
+    return [t for chunk in chunks for t in re.split(r"[,\s]+", str(chunk)) if t]
+
+
+def _markexpr(config) -> str:
+    return getattr(config.option, "markexpr", "") or ""
+
+
+def _selects_tags(config) -> bool:
+    return bool(_export_tags(config)) or bool(re.search(r"\bzoo", _markexpr(config)))
+
+
+def _selects_width(config) -> bool:
+    return WIDTH_TAG in _export_tags(config) or bool(re.search(r"\bwidth\b", _markexpr(config)))
 
 
 def _zoo_paths_named(config) -> list[Path]:
@@ -55,19 +73,21 @@ def _zoo_paths_named(config) -> list[Path]:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Deselect the zoo beyond its CI slice unless the run asks for it (see the module's docstring)."""
-    if _selects_tags(config):
-        return
+    """Deselect the zoo beyond its CI slice, and its real-width cases, unless the run asks for them (see the
+    module's docstring)."""
+    by_tag, width = _selects_tags(config), _selects_width(config)
     named = _zoo_paths_named(config)
     keep, drop = [], []
     for item in items:
         tags = _tags(item)
-        beyond_ci = ZOO_TAG in tags and ZOO_CI_TAG not in tags
         path = Path(item.path).resolve()
-        if beyond_ci and not any(path == p or p in path.parents for p in named):
-            drop.append(item)
+        if WIDTH_TAG in tags:  # named itself: its file or one of its cases, not a folder above it
+            wanted = width or path in named
+        elif ZOO_TAG in tags and ZOO_CI_TAG not in tags:
+            wanted = by_tag or any(path == p or p in path.parents for p in named)
         else:
-            keep.append(item)
+            wanted = True
+        (keep if wanted else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -53,5 +53,24 @@ def text_shapes(seq=SEQ) -> dict:
     return {"input_ids": {0: BATCH, 1: seq}, "attention_mask": {0: BATCH, 1: seq}}
 
 
+def lm_inputs(vocab: int, batch: int, seq: int) -> dict:
+    """A decoder's prefill inputs: ``text_inputs`` and ``use_cache=False`` (no KV cache in or out of the program)."""
+    return {**text_inputs(vocab, batch, seq), "use_cache": False}
+
+
+def lm_builder(vocab: int):
+    """``input_builder`` for ``lm_inputs``: dims ``batch`` and ``seq``, ``use_cache`` kept ``False``."""
+
+    def build(sizes, args, kwargs):
+        return (), lm_inputs(vocab, sizes["batch"], sizes["seq"])
+
+    return build
+
+
+def lm_shapes(seq=SEQ) -> dict:
+    """``text_shapes`` for a decoder: ``use_cache`` a plain flag."""
+    return {**text_shapes(seq), "use_cache": None}
+
+
 def seeded():
     torch.manual_seed(0)
