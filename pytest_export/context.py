@@ -98,7 +98,6 @@ class Context:
         self._fake_mode = None
         self._costs = None
         self._countable: bool | None = None
-        self.checking_since: float | None = None  # when export ended: the budget counts from here
 
     # what probes cost (issue #23) ----------------------------------------------------------------
     def fake_mode(self):
@@ -121,9 +120,8 @@ class Context:
 
             from .cost import Costs, Measure, counted, default_max_memory, input_bytes
 
-            costs = Costs(self.options.max_memory or default_max_memory(), self.options.budget)
-            if self.checking_since is not None:
-                costs.started = self.checking_since
+            costs = Costs(self.options.max_memory or default_max_memory(), self.options.budget,
+                          auto=self.options.budget_auto)
             args, kwargs = self.case.args, self.case.kwargs
             nbytes = input_bytes((args, kwargs))
             real = Measure(0.0, 0, 0, nbytes)
@@ -169,11 +167,13 @@ class Context:
 
         if not self.countable():
             with quiet_fake_logs():
-                obs = observe(self.case.module, self.case.module, args, kwargs, self.keeper, within=self.fake_mode())
+                obs = observe(self.case.module, self.case.module, args, kwargs, self.keeper, within=self.fake_mode(),
+                              grad=self.options.grad)
             return obs, None
         counter = counted(input_bytes((args, kwargs)), self.fake_mode())
         with quiet_fake_logs():
-            obs = observe(self.case.module, self.case.module, args, kwargs, self.keeper, within=counter)
+            obs = observe(self.case.module, self.case.module, args, kwargs, self.keeper, within=counter,
+                          grad=self.options.grad)
         return obs, counter.measure
 
     # dynamic shapes ------------------------------------------------------------------------
@@ -234,18 +234,18 @@ class Context:
     def reference(self) -> Observation:
         if self._reference is None:
             self._reference = observe(self.case.module, self.case.module, self.case.args, self.case.kwargs,
-                                      self.keeper)
+                                      self.keeper, grad=self.options.grad)
         return self._reference
 
     def eager_on(self, args: tuple, kwargs: dict) -> Observation:
-        return observe(self.case.module, self.case.module, args, kwargs, self.keeper)
+        return observe(self.case.module, self.case.module, args, kwargs, self.keeper, grad=self.options.grad)
 
     def program_on(self, ep, args: tuple, kwargs: dict, fake: bool = False) -> Observation:
         mod = self.module_of(ep)
         if not fake:
-            return observe(mod, mod, args, kwargs, self.keeper)
+            return observe(mod, mod, args, kwargs, self.keeper, grad=self.options.grad)
         with quiet_fake_logs():
-            return observe(mod, mod, args, kwargs, self.keeper, within=self.fake_mode())
+            return observe(mod, mod, args, kwargs, self.keeper, within=self.fake_mode(), grad=self.options.grad)
 
     def check_program(self, ep, label: str) -> dict[str, float]:
         """The program against eager on the example inputs.

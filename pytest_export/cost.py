@@ -28,8 +28,12 @@ FAKE, NUMERIC = "fake", "numeric"
 # runner with every core running a worker stays safe (the process itself, torch and the model come on top)
 DEFAULT_MEMORY_SHARE = 1 / 16
 MIN_DEFAULT_MEMORY = 256 * 2**20
-# a numeric probe may take at most this share of the case's budget: the sizes across the range share it
+# a numeric probe may take at most this share of the case's budget: the sizes across the range share it (an
+# edge may take what is left of it: the edges run first)
 PROBE_BUDGET_SHARE = 0.25
+# the default budget (--export-budget not given) is raised so that every dim's edges run numeric: to this many
+# times their predicted time (as much again for the corner and the rest), at most EDGE_BUDGET_CAP seconds
+EDGE_BUDGET_FACTOR, EDGE_BUDGET_CAP = 2.0, 300.0
 # a numeric probe that runs this many times longer than predicted (and at least PROBE_TIMEOUT_FLOOR s) is stopped
 PROBE_TIMEOUT_FACTOR, PROBE_TIMEOUT_FLOOR = 20.0, 10.0
 
@@ -221,17 +225,39 @@ class Costs:
     """One case's calibration, clock, memory cap and the coverage reached per declared dim."""
 
     max_memory: int
-    budget: float | None  # seconds for everything after export (None: no limit)
-    started: float = dataclasses.field(default_factory=time.perf_counter)
+    budget: float | None  # seconds of probing (None: no limit)
+    auto: bool = False  # the budget is the default one: ``size_for_edges`` may raise it
+    spent_s: float = 0.0  # seconds spent probing so far (``probing``)
+    _since: float | None = None  # when the probing now running began
     example: Measure | None = None  # the example's fake count, with its real time and peak
     real_peak: int = 0  # the example's measured real peak (bytes of live tensors)
     fake_problem: str | None = None  # why fake tensors cannot run this model (then numerics only)
     coverage: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    # (sizes by symbol, predicted seconds, predicted bytes) of the probes counted so far: a probe no larger in any
+    # dim than one of them costs no more, so it is planned without a fake run of its own (``sizing.plan_for``)
+    known: list[tuple[dict[str, int], float, int]] = dataclasses.field(default_factory=list)
     probes: dict[str, int] = dataclasses.field(default_factory=lambda: {FAKE: 0, NUMERIC: 0})
 
     # the clock -----------------------------------------------------------------------------------
+    # The budget counts probing only (issue #31): the forward calls at sizes other than the example's, fake or
+    # numeric, eager and program, and the fake runs that predict their cost. export, compare, save/load, decomp
+    # and a stage's own fixed work (a re-export, a compile) do not spend it: on a 12-layer encoder they took
+    # 23-31 s of a 30 s budget before the first probe ran.
+    @contextlib.contextmanager
+    def probing(self):
+        """Count the block as probing time (nested blocks count once)."""
+        if self._since is not None:
+            yield
+            return
+        self._since = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spent_s += time.perf_counter() - self._since
+            self._since = None
+
     def used(self) -> float:
-        return time.perf_counter() - self.started
+        return self.spent_s + (time.perf_counter() - self._since if self._since is not None else 0.0)
 
     def left(self) -> float | None:
         return None if self.budget is None else self.budget - self.used()
@@ -261,17 +287,30 @@ class Costs:
         mem_ratio = max(1.0, self.real_peak / ex.peak) if ex.peak else 1.0
         return 2 * (ex.seconds + extra), int(2 * probe.peak * mem_ratio + 3 * probe.inputs)
 
-    def plan(self, probe: Measure | None, ratio: float, fake_ok: bool, budgeted: bool = True) -> Plan:
+    def size_for_edges(self, seconds: float) -> None:
+        """Raise a default budget so that the edges, predicted to take ``seconds`` numeric, fit in it with as much
+        again for the rest: ``max(budget, EDGE_BUDGET_FACTOR x seconds)``, at most ``EDGE_BUDGET_CAP`` (issue
+        #31: a 12-layer encoder's edges take a few seconds each on 2 cores). A budget the user set is kept."""
+        if self.auto and self.budget is not None:
+            self.budget = max(self.budget, min(EDGE_BUDGET_CAP, self.used() + EDGE_BUDGET_FACTOR * seconds))
+
+    def plan(self, probe: Measure | None, ratio: float, fake_ok: bool, budgeted: bool = True,
+             edge: bool = False) -> Plan:
         """``budgeted=False``: the memory cap alone decides (a stage that runs a few fixed sizes after a fixed
-        cost of its own, such as ``aoti``'s compile, which may have spent the budget)."""
+        cost of its own, such as ``aoti``'s compile, which may have spent the budget). ``edge``: one of the
+        edges, which run first and may take all that is left of the budget, not only a quarter of it."""
         seconds, need = self.predict(probe, ratio)
+        return self.decide(seconds, need, fake_ok, budgeted, edge)
+
+    def decide(self, seconds: float, need: int, fake_ok: bool, budgeted: bool = True, edge: bool = False) -> Plan:
+        """The plan of a probe predicted to take ``seconds`` and ``need`` bytes numeric (``plan``)."""
         why = ""
         if need > self.max_memory:
             why = f"needs ~{format_bytes(need)} > max_memory {format_bytes(self.max_memory)}"
         elif self.budget is not None and budgeted:
             share = self.budget * PROBE_BUDGET_SHARE
             left = self.left() or 0.0
-            if seconds > share:
+            if seconds > share and not edge:
                 why = f"needs ~{format_seconds(seconds)} > {format_seconds(share)}, a quarter of the budget"
             elif seconds > left:
                 why = "the budget was spent" if left <= 0 else (
@@ -304,6 +343,7 @@ class Costs:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"max_memory": self.max_memory, "probes": dict(self.probes),
+                               "budget": self.budget, "budget_spent": round(self.used(), 3),
                                "dims": [{k: v for k, v in row.items() if not k.startswith("_")}
                                         for row in self.coverage.values()]}
         if self.fake_problem:
@@ -312,6 +352,22 @@ class Costs:
             out["example"] = {"seconds": round(self.example.seconds, 6), "flops": self.example.flops,
                               "peak_bytes": self.real_peak}
         return out
+
+
+def short_of_max(ranges: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The coverage rows (the report's ``ranges``) of declared dims whose numerics fell short of the declared max,
+    or never ran; an unbounded dim promises no max."""
+    return [row for row in (ranges or {}).get("dims", [])
+            if row["declared"][1] is not None and row.get("numeric_max") != row["declared"][1]]
+
+
+def short_text(rows: list[dict[str, Any]]) -> str:
+    """``seq: numerics to 16 of 512 (batch=2, seq=32 the budget was spent)``, the dims joined by ``; ``."""
+    parts = []
+    for row in rows:
+        reach = "no numerics" if row.get("numeric_max") is None else f"numerics to {row['numeric_max']}"
+        parts.append(f"{row['dim']}: {reach} of {row['declared'][1]}" + (f" ({row['why']})" if row.get("why") else ""))
+    return "; ".join(parts)
 
 
 def coverage_line(row: dict[str, Any]) -> str:
@@ -330,4 +386,4 @@ def coverage_line(row: dict[str, Any]) -> str:
 
 
 __all__ = ["FAKE", "NUMERIC", "Costs", "Plan", "Measure", "counted", "tally_mode", "input_bytes", "parse_memory",
-           "default_max_memory", "machine_memory", "format_bytes", "coverage_line"]
+           "default_max_memory", "machine_memory", "format_bytes", "coverage_line", "short_of_max", "short_text"]

@@ -248,7 +248,7 @@ def check(ctx: Context, model: FuzzModel, fixes: list[Fix]) -> Checked:
                          f"range):\n{source}", probes)
 
 
-_SPENT = "the budget for the checks after export was spent (--export-budget / budget= raises it)"
+_SPENT = "the budget for probing was spent (--export-budget / budget= raises it)"
 
 
 def _sizes(lo: int, hi: int) -> list[int]:

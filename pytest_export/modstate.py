@@ -159,15 +159,31 @@ def state_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
     return list(seen.values())
 
 
+class ParameterWritten(RuntimeError):
+    """Forward wrote parameters in place: the harness keeps no copy of the weights to undo it (issue #31), and an
+    exported program cannot mutate parameters either."""
+
+    def __init__(self, names: list[str]):
+        shown = ", ".join(f"`{n}`" for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        super().__init__(f"forward wrote parameter{'s' if len(names) != 1 else ''} {shown} in place (its version "
+                         "counter moved): keep state that forward updates in a buffer (register_buffer), not in a "
+                         "parameter")
+        self.names = names
+
+
 class StateKeeper:
     """Keeps the state tensors (parameters and buffers) of the modules a case runs as they were, for the whole case.
 
-    Each tensor is copied once per case, the first time a module that holds it runs (not before every forward:
-    for a large-weight model that copy cost as much as the forward itself; issue #16). After a forward, only
-    the tensors it changed are put back: parameters where their version counter moved (it moves with every
-    in-place write and is shared by every view of the storage; ``ep.module()`` shares storage with the user's
-    module), buffers also where their value differs (a kernel such as batch norm's writes its running stats
-    without moving the counter).
+    Each buffer is copied once per case, the first time a module that holds it runs (not before every forward:
+    for a large-weight model that copy cost as much as the forward itself; issue #16), and put back after a
+    forward that changed it: where its version counter moved (it moves with every in-place write and is shared by
+    every view of the storage; ``ep.module()`` shares storage with the user's module) or its value differs (a
+    kernel such as batch norm's writes its running stats without moving the counter).
+
+    Parameters are never copied: a copy of the weights would double a real-width model's memory (issue #31:
+    four copies of a 0.88 GB decoder were alive at once). A forward that writes a parameter in place (its version
+    counter moved) cannot be undone, so it raises ``ParameterWritten``, which names the parameters: the call's
+    own verdict, as any exception forward raises.
     """
 
     def __init__(self) -> None:
@@ -179,8 +195,8 @@ class StateKeeper:
         """The module's state tensors with their originals, and its submodules, as they are now (a swapped-in
         submodule brings its own)."""
         params = {id(p) for p in module.parameters()}
-        return ([(t, self.original(t), id(t) not in params) for t in state_tensors(module)],
-                list(module.named_modules(remove_duplicate=True)))
+        return ([(t, None if id(t) in params else self.original(t), id(t) not in params)
+                 for t in state_tensors(module)], list(module.named_modules(remove_duplicate=True)))
 
     @staticmethod
     def _key(t: torch.Tensor) -> tuple:
@@ -225,12 +241,16 @@ class StateKeeper:
             done = changed()
             with torch.no_grad():
                 for t, orig, _ in plan:
-                    if id(t) in done and t.shape == orig.shape and t.layout == orig.layout:
+                    if orig is not None and id(t) in done and t.shape == orig.shape and t.layout == orig.layout:
                         t.copy_(orig)
             changes = python_state_changes(before, python_state(module, modules))
             history = self._python.setdefault(id(module), (module, _PythonHistory()))[1]
             record["python_changes"] = changes
             record["python_per_call"] = history.after_call(module, before, changes)
+        written_params = [id(t) for t, orig, _ in plan if orig is None and id(t) in done]
+        if written_params:
+            names = [n for n, p in module.named_parameters() if id(p) in written_params]
+            raise ParameterWritten(names)
 
 
 @contextlib.contextmanager
@@ -257,8 +277,11 @@ def changed_since(before: dict[str, tuple[torch.Tensor, int]], keeper: StateKeep
     back to its original."""
     changed = []
     for name, (t, v) in before.items():
-        if written(t, v, keeper.original(t), name.startswith("buffer ")) and \
-                not same_tensor(t.detach(), keeper.original(t)):
+        if not name.startswith("buffer "):  # parameters have no copy (issue #31): a moved counter is a write
+            if t._version != v:
+                changed.append(name)
+            continue
+        if written(t, v, keeper.original(t), True) and not same_tensor(t.detach(), keeper.original(t)):
             changed.append(name)
             with torch.no_grad():
                 t.copy_(keeper.original(t))
@@ -284,5 +307,5 @@ def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.is_floating_point() and bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all())
 
 
-__all__ = ["StateKeeper", "preserved_state", "written", "python_state", "python_state_changes", "restore_python_state",
+__all__ = ["StateKeeper", "ParameterWritten", "preserved_state", "written", "python_state", "python_state_changes", "restore_python_state",
            "named_state", "versions", "changed_since", "same_tensor", "state_tensors"]

@@ -46,17 +46,20 @@ def seed_all(seed: int) -> None:
 
 
 def observe(module: Callable[..., Any], owner: torch.nn.Module, args: tuple, kwargs: dict,
-            keeper: StateKeeper | None = None, within: Any = None) -> Observation:
+            keeper: StateKeeper | None = None, within: Any = None, grad: bool = False) -> Observation:
     """One forward call, seeded, on clones of the inputs, leaving no trace on ``owner`` (``keeper`` keeps its
     original state for the whole case; without one, for this call). Buffers forward did not write are the
     originals, not copies. ``within``: a context the call alone runs in (fake tensors, counting), while the
-    state is kept and put back outside it."""
+    state is kept and put back outside it. ``grad``: autograd on; by default the call runs under
+    ``torch.no_grad()``, so no activation is kept for a backward that never comes (issue #31: with autograd on,
+    a real-width UNet's check needed 3x the memory of an inference call)."""
     keeper = keeper or StateKeeper()
     with keeper.around(owner) as record:
         with within if within is not None else contextlib.nullcontext():
             a, k = clone_inputs((args, kwargs))
             seed_all(RUN_SEED)
-            out = module(*a, **k)
+            with torch.set_grad_enabled(grad):
+                out = module(*a, **k)
         written, original = record["written"], record["original"]
         buffers = {n: b.detach().clone() if written(b) else original(b) for n, b in owner.named_buffers()}
     return Observation(out, (a, k), buffers, record.get("python_changes", []), record.get("python_per_call", []))

@@ -231,32 +231,25 @@ KEYWORDS: dict[str, Keyword] = {
             "input_builder", _is_callable, "callable(sizes, example_args, example_kwargs) | None", None,
             "builds (args, kwargs) for drawn sizes; for inputs with meaning such as token ids or masks",
         ),
-        Keyword(
-            "allow_static", _is_bool, "bool", False,
-            "accept that export made a Dim.AUTO axis static (otherwise `guards` fails)",
-        ),
+        Keyword("allow_static", _is_bool, "bool", False,
+                "accept that export made a Dim.AUTO axis static (otherwise `guards` fails)"),
         Keyword("seed", _is_seed, "int | None", None, "Hypothesis seed for this case's fuzzing (replay a failure)"),
-        Keyword(
-            "reproduce", _is_str_or_none, "str | None", None,
-            "a reproduce blob printed by a failed `fuzz` stage; replays that exact example first",
-        ),
-        Keyword(
-            "timeout", _is_tolerance, "float seconds > 0 | None", None,
-            "time limit for this case's stages (default: --export-timeout)",
-        ),
+        Keyword("reproduce", _is_str_or_none, "str | None", None,
+                "a reproduce blob printed by a failed `fuzz` stage; replays that exact example first"),
+        Keyword("timeout", _is_tolerance, "float seconds > 0 | None", None,
+                "time limit for this case's stages (default: --export-timeout)"),
         Keyword(
             "budget", _is_tolerance, "float seconds >= 0 | None", None,
-            "seconds `guards` and `fuzz` may spend together on this case; 0 lifts the limit (default: --export-budget)",
+            "seconds of probing for this case (the forward calls at sizes other than the example's, fake or numeric); "
+            "0 lifts the limit (default: --export-budget)",
         ),
         Keyword(
             "max_memory", _is_memory, "str such as '4GB' | int bytes | None", None,
             "memory a numeric probe may use; larger sizes are checked with fake tensors only (default: "
             "--export-max-memory)",
         ),
-        Keyword(
-            "max_size", _is_positive_int, "int | None", None,
-            "cap for unbounded Dim maxima while fuzzing (default: --export-max-size)",
-        ),
+        Keyword("max_size", _is_positive_int, "int | None", None,
+                "cap for unbounded Dim maxima while fuzzing (default: --export-max-size)"),
         Keyword(
             "preserve_module_call_signature", _is_fqns, "tuple[str, ...]", (),
             "submodules whose call signature export keeps; runs the `unflatten` stage (unflatten, compare, swap each "
@@ -269,6 +262,10 @@ KEYWORDS: dict[str, Keyword] = {
                 "(default: --export-onnx)"),
         Keyword("train", _is_bool, "bool", False,
                 "the module is exported in training mode on purpose (dropout, batch-norm statistics): no warning"),
+        Keyword("grad", _is_bool, "bool", False, "run eager and the programs with autograd on (default: under "
+                "torch.no_grad(), in the memory of an inference check)"),
+        Keyword("require_numerics", _is_opt_bool, "bool | None", None, "a case whose numerics fell short of any "
+                "declared max ends as `error` (default: --export-require-numerics)"),
     ]
 }
 
@@ -283,7 +280,7 @@ class SessionOptions:
     max_size: int = 64
     report: str | None = None
     timeout: float | None = None
-    budget: float | None = 30.0  # --export-budget (None: no limit)
+    budget: float | str | None = "auto"  # --export-budget (None: no limit; "auto": 30 s, raised for the edges)
     max_memory: int | None = None  # --export-max-memory in bytes (None: cost.default_max_memory())
     baseline: str | None = None
     baseline_update: bool = False
@@ -295,6 +292,7 @@ class SessionOptions:
     repro: str | None = None  # --export-repro DIR
     onnx: bool = False
     aoti: bool = False
+    require_numerics: bool = False  # --export-require-numerics
     modes: tuple[str, ...] | None = None  # --export-modes; None: the marker's `strict` decides
     devices: tuple[str, ...] | None = None  # --export-devices; None: cpu, plus cuda where available
     skip_stages: tuple[str, ...] = ()  # --export-skip-stages
@@ -316,7 +314,8 @@ class CaseOptions:
     reproduce: str | None = None
     max_size: int = 64
     timeout: float | None = None
-    budget: float | None = 30.0  # seconds for every check after export (None: no limit)
+    budget: float | None = 30.0  # seconds of probing (None: no limit)
+    budget_auto: bool = True  # not given: at least the floor, raised to afford the edges (cost.Costs.size_for_edges)
     max_memory: int | None = None  # bytes a numeric probe may use (None: cost.default_max_memory())
     diagnose: bool = True
     diagnose_skipped: str = ""  # why a failed export is not diagnosed (--export-diagnose=auto: known or expected)
@@ -324,11 +323,14 @@ class CaseOptions:
     aoti: bool = False
     onnx: bool = False
     train: bool = False  # exported in training mode on purpose (no training-mode warning)
+    grad: bool = False  # forward calls with autograd on (default: under torch.no_grad(); issue #31)
+    require_numerics: bool = False  # numerics short of a declared max is an `error` (issue #31)
     device: str = "cpu"  # where the case is exported and compared (--export-devices)
     skip_stages: tuple[str, ...] = ()  # stages not run (--export-skip-stages)
 
 
 SKIPPABLE = tuple(s for s in STAGES if s != "export")
+DEFAULT_BUDGET = 30.0  # seconds of probing; raised for a slow model's edges where not given (issue #31)
 
 
 def parse_skip_stages(value: Any) -> tuple[str, ...]:
@@ -369,9 +371,10 @@ def validate_keywords(where: str, args: tuple, kwargs: dict[str, Any]) -> dict[s
 def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
     """Marker keywords over session defaults."""
     opts = CaseOptions(core_aten=session.core_aten, examples=session.examples, max_size=session.max_size,
-                       timeout=session.timeout, budget=session.budget, max_memory=session.max_memory,
+                       timeout=session.timeout, budget=DEFAULT_BUDGET if session.budget == "auto" else session.budget,
+                       budget_auto=session.budget == "auto", max_memory=session.max_memory,
                        diagnose=session.diagnose and session.diagnose_when != "never", aoti=session.aoti,
-                       onnx=session.onnx,
+                       onnx=session.onnx, require_numerics=session.require_numerics,
                        skip_stages=tuple(session.skip_stages))
     for key, value in kwargs.items():
         if key == "tags":
@@ -380,7 +383,8 @@ def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
             value = dict(value or {})
         elif key == "preserve_module_call_signature":
             value = tuple(value)
-        elif key in ("core_aten", "examples", "max_size", "timeout", "budget", "aoti", "onnx", "max_memory") and value is None:
+        elif key in ("core_aten", "examples", "max_size", "timeout", "budget", "aoti", "onnx", "max_memory",
+                     "require_numerics") and value is None:
             continue
         elif key == "max_memory":
             from .cost import parse_memory
@@ -388,5 +392,6 @@ def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
             value = parse_memory(value, "max_memory")
         elif key == "budget":
             value = value or None  # budget=0: no limit
+            opts.budget_auto = False
         setattr(opts, key, value)
     return opts

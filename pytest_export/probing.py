@@ -11,7 +11,7 @@ from typing import Any
 from .audit import FuzzModel
 from .context import Context
 from .sizing import (ACCEPTED, FAKE, NUMERIC, RAISED, REFUSED, UNCHECKED, Sized, Verdict, fake_limit, mismatch,
-                     plan_for, run_eager, run_program)
+                     plan_edges, plan_for, run_eager, run_program)
 from .strategies import build_inputs
 
 def has_small_size(ctx: Context, model: Any, values: dict[str, int]) -> bool:
@@ -115,6 +115,7 @@ class Probe:
     override: dict[tuple[int, int | None], int]
     kind: str  # "in-range" | "zero" | "max" | "min" | "small" | "relation" | "static" | "additional"
     inputs: tuple[tuple, dict] | None = None
+    edge: bool = False  # an edge: every dim at its min, or one dim at its max and the others at their min (#31)
 
     @property
     def in_range(self) -> bool:
@@ -144,21 +145,25 @@ def spread(lo: int, hi: int, limit: int = MAX_SPREAD_PROBES) -> list[int]:
 
 
 def in_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
-    """The boundaries (every dim at its min, at its max; each at min, min+1, max-1, max with the others at the
-    example), powers of two across each range, the largest size numerics can afford, size 0 where promised, and
-    the AdditionalInputs examples."""
+    """The edges first (issue #31: every dim at its min; each dim at its max with the others at their min, where
+    defects live and numerics are cheapest: batch 1 at the max sequence), then the all-max corner, each dim at
+    min, min+1, max-1, max with the others at the example, powers of two across each range, the largest size
+    numerics can afford, size 0 where promised, and the AdditionalInputs examples."""
     base = model.example_values()
     seen: list[dict[str, int]] = []
     out: list[Probe] = []
 
-    def add(values: dict[str, int], kind: str = "in-range") -> None:
+    def add(values: dict[str, int], kind: str = "in-range", edge: bool = False) -> None:
         # inside the relations export kept for dims that promise no range (issue #24), moving only those dims
         values = model.fit(values, keep={s for s, x in values.items() if x != base.get(s)})
         if values is not None and values not in seen:
             seen.append(values)
-            out.append(Probe(_describe(model, values), values, {}, kind))
+            out.append(Probe(_describe(model, values), values, {}, kind, edge=edge))
 
-    add({v.symbol: v.lo for v in model.vars})
+    lows = {v.symbol: v.lo for v in model.vars}
+    add(lows, edge=True)
+    for v in model.vars:
+        add({**lows, v.symbol: v.hi}, edge=True)
     add({v.symbol: v.hi for v in model.vars})
     for v in model.vars:
         for size in sorted({v.lo, v.lo + 1, v.hi - 1, v.hi}):
@@ -283,7 +288,8 @@ def out_of_range_inputs(ctx: Context) -> list[tuple[str, Sized]]:
             if p.kind != "small"]
 
 
-__all__ = ["ACCEPTED", "REFUSED", "RAISED", "UNCHECKED", "Verdict", "Sized", "Probe", "plan_for", "sized", "spread",
+__all__ = ["ACCEPTED", "REFUSED", "RAISED", "UNCHECKED", "Verdict", "Sized", "Probe", "plan_for", "plan_edges", "sized",
+           "spread",
            "largest_numeric", "fake_limit", "run_program", "run_eager", "mismatch",
            "has_small_size", "in_range_problem", "blame", "Problem", "REFUSED_IN_RANGE", "WRONG_IN_RANGE",
            "EAGER_RAISED_IN_RANGE", "in_range_probes", "out_of_range_probes", "probe_inputs",

@@ -85,13 +85,11 @@ def _seconds(value: Any, flag: str) -> float | None:
     return float(value)
 
 
-DEFAULT_BUDGET = 30.0
-
-
-def _budget(value: Any, flag: str) -> float | None:
-    """Seconds, default 30; 0 lifts the limit."""
+def _budget(value: Any, flag: str) -> float | str | None:
+    """Seconds; not given: ``"auto"`` (30 s, raised for a slow model's edges: ``cost.Costs.size_for_edges``); 0
+    lifts the limit."""
     if value in (None, ""):
-        return DEFAULT_BUDGET
+        return "auto"
     seconds = _non_negative(value)
     if seconds < 0:
         raise ValueError(f"{flag} must be a number of seconds >= 0 (0: no limit), got {value!r}")
@@ -165,13 +163,18 @@ SETTINGS: tuple[Setting, ...] = (
             kind="flag"),
     Setting("export_timeout", "time limit in seconds for each case's stages; a case over it is stopped and "
             "reported (default: none)", _seconds, "timeout", metavar="SECONDS"),
-    Setting("export_budget", "seconds per case for every check after export (guards, fuzz, and the probes of serde "
-            "and retrace): numeric probes run while it lasts, the boundary sizes always run at least with fake "
-            "tensors, random fuzz examples stop when it is spent (default 30; 0: no limit)", _budget, "budget",
-            metavar="SECONDS"),
+    Setting("export_budget", "seconds of probing per case: the forward calls at sizes other than the example's "
+            "(guards, fuzz, and the probes of later stages), fake or numeric, and the fake runs that predict their "
+            "cost; export, compare, save/load and decomp do not count. Numeric probes run while it lasts, every "
+            "boundary size runs at least with fake tensors, random fuzz examples stop when it is spent (default: "
+            "30, raised for a slow model to afford every dim's edges numerically, up to 300; 0: no limit)",
+            _budget, "budget", metavar="SECONDS"),
     Setting("export_max_memory", "memory a numeric probe may use (e.g. 4GB, 512MiB); larger sizes are checked with "
             "fake tensors only (default: 1/16 of the machine's memory divided by xdist's workers)", _memory,
             "max_memory", metavar="SIZE"),
+    Setting("export_require_numerics", "a case whose numerics (real tensors compared with eager) fell short of any "
+            "declared max, or of any edge, ends as an error instead of passing with a note (for gates that want every "
+            "edge run with real tensors)", _flag, "require_numerics", kind="flag"),
     Setting("export_baseline", "known failures (case, stage, reason) and non-core ops: a failure or op not in it "
             "fails the run, an entry that now passes is stale and fails it too", _path, "baseline", metavar="PATH",
             needs_check=True),

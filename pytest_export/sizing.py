@@ -46,6 +46,8 @@ class Sized:
         self.override, self.given, self.builder, self.seed, self.in_range = override or {}, given, builder, seed, in_range
         self.plan: Plan | None = None
         self.budgeted = True  # whether the case's time budget, besides the memory cap, decides numeric
+        self.edge = False  # one of the edges: planned first, may take all that is left of the budget (#31)
+        self._measured: tuple[Any, float, bool] | None = None  # (its fake count, input ratio, fake runs it)
         self.eager_fake: Verdict | None = None
         self._real: tuple[tuple, dict] | None = None
         self._fake: tuple[tuple, dict] | None = None
@@ -69,6 +71,12 @@ class Sized:
                                           override=self.override)
         return self._real
 
+    def release(self) -> None:
+        """Drop the real inputs once the probe ran (they are rebuilt, the same, if asked again): the inputs of a
+        stage's many probes are never all alive at once (issue #31)."""
+        if self.given is None:
+            self._real = None
+
     def fake(self) -> tuple[tuple, dict]:
         if self._fake is None:
             case, mode = self.ctx.case, self.ctx.fake_mode()
@@ -82,9 +90,18 @@ def plan_for(ctx: Context, sized: Sized) -> Plan:
     tensors cannot run the model, the example's measured cost scaled by the input size stands in."""
     if sized.plan is not None:
         return sized.plan
+    costs = ctx.costs()
+    with costs.probing():
+        return _plan(ctx, sized, costs)
+
+
+def _measure(ctx: Context, sized: Sized, costs: Any) -> tuple[Any, float, bool]:
+    """The probe's fake eager run, counted (its ``cost.Measure``, None where not countable), its input bytes over
+    the example's, and whether fake tensors can run it; once per probe."""
+    if sized._measured is not None:
+        return sized._measured
     from .cost import input_bytes
 
-    costs = ctx.costs()
     measured, fake_ok = None, costs.fake_problem is None
     if fake_ok:
         try:
@@ -106,13 +123,61 @@ def plan_for(ctx: Context, sized: Sized) -> Plan:
             ratio = input_bytes(sized.fake()) / costs.example.inputs
         except Exception:  # noqa: BLE001 - the fake inputs cannot be made: assume the worst a probe may be
             ratio = float("inf") if sized.values else 1.0
-    sized.plan = plan = costs.plan(measured, ratio, fake_ok, sized.budgeted)
+    sized._measured = (measured, ratio, fake_ok)
+    return sized._measured
+
+
+def _bounded(sized: Sized, costs: Any) -> Plan | None:
+    """A numeric plan without a fake run of its own, where a probe already counted is at least as large in every
+    dim and its predicted cost fits now: cost grows with size, so it bounds this one's (issue #31: planning each
+    probe with a counted fake run cost more than running small models' probes). None: count it."""
+    if sized.override or sized.given is not None or not sized.values or costs.fake_problem:
+        return None
+    if not costs.known and sized.model is not None and costs.example is not None:
+        costs.known.append((sized.model.example_values(), *costs.predict(costs.example, 1.0)))
+    bounds = [(seconds, need) for values, seconds, need in costs.known
+              if values.keys() >= sized.values.keys() and all(x <= values[k] for k, x in sized.values.items())]
+    if not bounds:
+        return None
+    plan = costs.decide(*min(bounds), fake_ok=True, budgeted=sized.budgeted, edge=sized.edge)
+    return plan if plan.mode == NUMERIC else None
+
+
+def _plan(ctx: Context, sized: Sized, costs: Any) -> Plan:
+    plan = _bounded(sized, costs)
+    if plan is not None:
+        sized.plan = plan
+        if sized.in_range:
+            costs.record(sized.dims, plan.mode, plan.why)
+        return plan
+    measured, ratio, fake_ok = _measure(ctx, sized, costs)
+    if measured is not None and not sized.override and sized.given is None and sized.values:
+        costs.known.append((dict(sized.values), *costs.predict(measured, ratio)))
+    sized.plan = plan = costs.plan(measured, ratio, fake_ok, sized.budgeted, edge=sized.edge)
     if not fake_ok and plan.mode is None:
         first = (sized.eager_fake.message.splitlines() or [""])[0][:200] if sized.eager_fake else costs.fake_problem
         plan.why = f"not checked: fake tensors cannot run it ({first}) and numerics {plan.why}"
     if sized.in_range and plan.mode is not None:
         costs.record(sized.dims, plan.mode, plan.why)
     return plan
+
+
+def plan_edges(ctx: Context, edges: list[Sized]) -> None:
+    """Plan the edges (issue #31: every declared dim at its min and at its max, the others at their min) before
+    any other probe: each is counted fake, a default budget is raised to afford those that fit the memory cap
+    (``cost.Costs.size_for_edges``), and each runs numeric where the memory cap and the budget allow."""
+    costs = ctx.costs()
+    with costs.probing():
+        total = 0.0
+        for sized in edges:
+            sized.edge = True
+            measured, ratio, fake_ok = _measure(ctx, sized, costs)
+            seconds, need = costs.predict(measured, ratio)
+            if need <= costs.max_memory:
+                total += seconds
+        costs.size_for_edges(total)
+        for sized in edges:
+            plan_for(ctx, sized)
 
 
 def _numeric(ctx: Context, sized: Sized, call: Any) -> Any:
@@ -152,6 +217,11 @@ def run_program(ctx: Context, ep: Any, inputs: Sized | tuple, kwargs: dict | Non
     """What ``ep`` does with the inputs: real ``(args, kwargs)``, or a ``Sized`` probe run as its plan says."""
     if not isinstance(inputs, Sized):
         return _real_program(ctx, ep, inputs, kwargs or {})
+    with ctx.costs().probing():
+        return _sized_program(ctx, ep, inputs)
+
+
+def _sized_program(ctx: Context, ep: Any, inputs: Sized) -> Verdict:
     plan = plan_for(ctx, inputs)
     if plan.mode == NUMERIC:
         return _numeric(ctx, inputs, lambda: _real_program(ctx, ep, *inputs.real()))
@@ -180,12 +250,13 @@ def _real_program(ctx: Context, ep: Any, args: tuple, kwargs: dict) -> Verdict:
 
 def run_eager(ctx: Context, inputs: Sized | tuple, kwargs: dict | None = None) -> Verdict:
     if isinstance(inputs, Sized):
-        plan = plan_for(ctx, inputs)
-        if plan.mode == NUMERIC:
-            return _numeric(ctx, inputs, lambda: _real_eager(ctx, *inputs.real()))
-        if plan.mode is None:
-            return Verdict(UNCHECKED, plan.why, mode="")
-        return inputs.eager_fake
+        with ctx.costs().probing():
+            plan = plan_for(ctx, inputs)
+            if plan.mode == NUMERIC:
+                return _numeric(ctx, inputs, lambda: _real_eager(ctx, *inputs.real()))
+            if plan.mode is None:
+                return Verdict(UNCHECKED, plan.why, mode="")
+            return inputs.eager_fake
     return _real_eager(ctx, inputs, kwargs or {})
 
 
@@ -211,5 +282,5 @@ def mismatch(ctx: Context, got: Observation, want: Observation, fake: bool = Fal
 
 
 
-__all__ = ["ACCEPTED", "REFUSED", "RAISED", "UNCHECKED", "FAKE", "NUMERIC", "Verdict", "Sized", "plan_for",
+__all__ = ["ACCEPTED", "REFUSED", "RAISED", "UNCHECKED", "FAKE", "NUMERIC", "Verdict", "Sized", "plan_for", "plan_edges",
            "fake_limit", "run_program", "run_eager", "mismatch"]

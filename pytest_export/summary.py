@@ -168,6 +168,19 @@ def _baseline_line(path: str | None, message: str) -> str:
     return "pytest-export: " + ("" if message.startswith("baseline ") else f"baseline {path}: ") + message
 
 
+def short_of_max_lines(cases: list[dict[str, Any]]) -> list[str]:
+    """One line per passed case whose numerics fell short of a declared max (issue #31): a pass that was partly a
+    shape check says so where the user looks, naming the dims, how far numerics reached and why."""
+    from .cost import short_of_max, short_text
+
+    out = []
+    for c in sorted(cases, key=lambda c: c["nodeid"]):
+        short = short_of_max(c.get("ranges")) if c.get("outcome") == "passed" else []
+        if short:
+            out.append(f"numerics short of max: {c['nodeid']}: {short_text(short)}")
+    return out
+
+
 def summary_mode(given: str, verbose: int) -> str:
     """``--export-summary``'s value; not given: ``short`` under ``-q``, else ``full``."""
     return given or ("short" if verbose < 0 else "full")
@@ -191,10 +204,14 @@ def terminal_parts(mode: str, cases: list[dict[str, Any]], data: dict[str, Any],
             out.append((None, f"pytest-export: {head(cases)}{where}"))
             failing = sorted((c for c in cases if verdict_of(c) in FAILING), key=lambda c: c["nodeid"])
             out += [(None, f"  {failing_label(c)}: {c['nodeid']}{_stages(c)}") for c in failing]
+            out += [(None, f"  {line}") for line in short_of_max_lines(cases)]
         out += [(None, _baseline_line(baseline, m)) for m in messages if not m.startswith(SHORT_SKIPS)]
         return out
     if cases:
         text = head(cases) + "\n" + summary_text(cases, data.get("core_ops"), verbose)
+        short = short_of_max_lines(cases)
+        if short:
+            text += "\n" + "\n".join(short)
         out.append((f"export summary (torch {torch})", text))
         if any(c.get("tags") for c in cases):
             out.append((f"export conformance (torch {torch})", conformance_table(cases, data.get("core_ops"))))

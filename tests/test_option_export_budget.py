@@ -33,7 +33,7 @@ def test_a_spent_budget_stops_random_examples_but_not_the_boundaries(pytester):
     # the boundaries (every dim at its min, at its max, at the example's size) always run
     assert capped["examples"] == 3, capped
     assert capped["budget_spent"] is True
-    assert capped["message"].startswith("3 of 40 examples (the budget of 0.001 s for the checks after export was spent")
+    assert capped["message"].startswith("3 of 40 examples (the budget of 0.001 s for probing was spent")
     assert capped["examples_requested"] == 40 and "budget" in capped["fewer_because"]
     # past the budget the boundaries still run, with fake tensors: shapes and guards, no numerics
     assert capped["modes"] == {"fake": 3, "numeric": 0}, capped

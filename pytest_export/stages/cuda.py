@@ -102,7 +102,7 @@ def run(ctx: Context) -> dict[str, Any]:
     export_s = time.perf_counter() - t0
     cpu_mod = cpu_ep.module()
     try:
-        cpu_obs = observe(cpu_mod, cpu_mod, src.args, src.kwargs, ctx.keeper)
+        cpu_obs = observe(cpu_mod, cpu_mod, src.args, src.kwargs, ctx.keeper, grad=ctx.options.grad)
     except Exception as exc:  # noqa: BLE001
         raise StageFailure(f"the program exported on cpu raised on the example inputs: {describe_exception(exc)}")
     dev_obs = ctx.program_on(ctx.ep, ctx.case.args, ctx.case.kwargs)

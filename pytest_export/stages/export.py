@@ -29,8 +29,9 @@ def run(ctx: Context) -> dict[str, Any]:
         raise StageFailure(f"not exported: {ctx.declaration_error}", kind="usage", exception="UsageError")
     module = ctx.case.module
     _check_preserved(ctx)
-    for t, _ in versions(module).values():
-        ctx.keeper.original(t)  # the values to compare with (copied once per case)
+    for name, (t, _) in versions(module).items():
+        if name.startswith("buffer "):
+            ctx.keeper.original(t)  # the values to compare with (buffers copied once per case; parameters never)
     before = versions(module)
     args, kwargs = clone_inputs((ctx.case.args, ctx.case.kwargs))
     dynamic_shapes = ctx.options.dynamic_shapes

@@ -145,7 +145,7 @@ def run(ctx: Context) -> dict[str, Any]:
         f" ({state['modes']['numeric']} numeric, {state['modes']['fake']} fake)" if state["modes"]["fake"] else "")
     if budget.stopped:
         data["budget_spent"] = True
-        data["fewer_because"] = (f"the budget of {budget.seconds:g} s for the checks after export was spent; "
+        data["fewer_because"] = (f"the budget of {budget.seconds:g} s for probing was spent; "
                                  "--export-budget / budget= raises it")
     elif state["runs"] < n:
         space = _space(model)
@@ -153,12 +153,16 @@ def run(ctx: Context) -> dict[str, Any]:
                                  "Hypothesis ended the search early (it found no new sizes to try)")
     if state["runs"] < n:
         runs = f"{state['runs']} of {n} examples ({data['fewer_because']})"
+    if state["unchecked"]:
+        runs += f", {state['unchecked']} of them not checked (neither fake nor numeric could run them)"
+    if not state["modes"]["numeric"] and not state["modes"]["fake"]:
+        runs = f"nothing checked: {runs}"  # a stage that checked nothing does not read like one that did (#31)
     data["message"] = f"{runs}, sizes {_ranges(model)}"
     return data
 
 
 class Budget:
-    """What is left of the case's budget (``--export-budget`` / ``budget=``: every check after export, on the
+    """What is left of the case's budget (``--export-budget`` / ``budget=``: the time spent probing, on the
     case's one clock, ``cost.Costs``) for fuzz's random examples.
 
     It cuts only random examples and shrinking steps: boundaries run before it is ``armed``. A failing boundary

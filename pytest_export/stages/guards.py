@@ -23,8 +23,8 @@ from ..fixes import check, propose, tie_lines
 from ..guardsource import refusing_guards
 from ..util import plural
 from ..probing import (ACCEPTED, EAGER_RAISED_IN_RANGE, FAKE, RAISED, REFUSED_IN_RANGE, UNCHECKED, blame,
-                       has_small_size, in_range_probes, in_range_problem, mismatch, out_of_range_probes, run_eager,
-                       run_program, sized)
+                       has_small_size, in_range_probes, in_range_problem, mismatch, out_of_range_probes, plan_edges,
+                       run_eager, run_program, sized)
 
 
 def _one_line(text: str, limit: int = 400) -> str:
@@ -47,69 +47,75 @@ def run(ctx: Context) -> dict[str, Any]:
     accepted_in: dict[str, set[int]] = {}
     eager_moved: set[str] = set()  # symbols moved by probes where eager itself raised
     inputs = [sized(ctx, model, p.values, p) for p in probes]
+    plan_edges(ctx, [i for p, i in zip(probes, inputs) if p.edge])  # numerics where defects live, first (#31)
     for probe, probe_in in zip(probes, inputs):
-        got = run_program(ctx, ctx.ep, probe_in)
-        verdicts.append(got.status)
-        rec = {"probe": probe.description, "kind": probe.kind, "program": got.status, "mode": got.mode or None}
-        records.append(rec)
-        if got.status == UNCHECKED:
-            rec["why"] = got.message
-            continue
-        if probe.in_range:
-            small = probe.kind != "additional" and has_small_size(ctx, model, probe.values)
-            problem = in_range_problem(ctx, got, probe_in, at=probe.description, small=small)
-            if problem:
-                rec["finding"] = problem.splitlines()[0]
-                if probe.kind == "zero":
-                    warnings.append(problem)
-                    continue
-                failures.append((problem, problem.kind))
-                if problem.kind == EAGER_RAISED_IN_RANGE:
-                    eager_moved.update(s for s, x in probe.values.items() if x != model.example_values().get(s))
-                if problem.kind == REFUSED_IN_RANGE and probe.kind == "in-range":
-                    # the axis whose own change the program refuses, varied one at a time from the example
-                    for symbol in blame(ctx, model, probe.values):
-                        ctx.mark_refused(symbol, probe.values)
-                        refused_in.setdefault(symbol, []).append((probe.values[symbol], got.message))
-            elif probe.kind == "in-range":
-                for v in model.vars:
-                    accepted_in.setdefault(v.symbol, set()).add(probe.values.get(v.symbol))
-            continue
-        if got.status == RAISED:
-            # crashed inside a kernel: nothing checked the size at the program's input (issue #18)
-            problem = (f"out-of-range sizes {probe.description} raised inside the program, not refused by a guard: "
-                       f"{got.message.splitlines()[0] if got.message else ''}")
-            if probe.kind == "small":  # a size torch checks by no guard (<= 2): recorded, no warning (#26)
-                rec["below_min"] = problem
+        try:
+            got = run_program(ctx, ctx.ep, probe_in)
+            verdicts.append(got.status)
+            rec = {"probe": probe.description, "kind": probe.kind, "program": got.status, "mode": got.mode or None}
+            records.append(rec)
+            if got.status == UNCHECKED:
+                rec["why"] = got.message
                 continue
-            rec["finding"] = problem
-            warnings.append(problem)
-            continue
-        if got.status != ACCEPTED:
-            continue  # refused by a guard: as promised
-        want = run_eager(ctx, probe_in)
-        if want.status == UNCHECKED:
-            continue
-        if want.status != ACCEPTED:
-            problem = (f"accepted out-of-range sizes {probe.description}, which eager rejects "
-                       f"({want.message.splitlines()[0]}): no guard checks this")
-        else:
-            bad = mismatch(ctx, got.observation, want.observation, fake=FAKE in (got.mode, want.mode))
-            rec["eager"] = "matches" if not bad else "differs"
-            if not bad:
-                continue  # accepted and right
-            problem = f"accepted but wrong at out-of-range sizes {probe.description}:\n{bad}"
-        if probe.kind == "small":  # below the min at a size no guard checks: recorded, no warning (#26)
-            rec["below_min"] = _one_line(problem)
-            continue
-        rec["finding"] = problem.splitlines()[0]
-        failures.append((problem, "accepted-out-of-range"))
+            if probe.in_range:
+                small = probe.kind != "additional" and has_small_size(ctx, model, probe.values)
+                problem = in_range_problem(ctx, got, probe_in, at=probe.description, small=small)
+                if problem:
+                    rec["finding"] = problem.splitlines()[0]
+                    if probe.kind == "zero":
+                        warnings.append(problem)
+                        continue
+                    failures.append((problem, problem.kind))
+                    if problem.kind == EAGER_RAISED_IN_RANGE:
+                        eager_moved.update(s for s, x in probe.values.items() if x != model.example_values().get(s))
+                    if problem.kind == REFUSED_IN_RANGE and probe.kind == "in-range":
+                        # the axis whose own change the program refuses, varied one at a time from the example
+                        for symbol in blame(ctx, model, probe.values):
+                            ctx.mark_refused(symbol, probe.values)
+                            refused_in.setdefault(symbol, []).append((probe.values[symbol], got.message))
+                elif probe.kind == "in-range":
+                    for v in model.vars:
+                        accepted_in.setdefault(v.symbol, set()).add(probe.values.get(v.symbol))
+                continue
+            if got.status == RAISED:
+                # crashed inside a kernel: nothing checked the size at the program's input (issue #18)
+                problem = (f"out-of-range sizes {probe.description} raised inside the program, not refused by a guard: "
+                           f"{got.message.splitlines()[0] if got.message else ''}")
+                if probe.kind == "small":  # a size torch checks by no guard (<= 2): recorded, no warning (#26)
+                    rec["below_min"] = problem
+                    continue
+                rec["finding"] = problem
+                warnings.append(problem)
+                continue
+            if got.status != ACCEPTED:
+                continue  # refused by a guard: as promised
+            want = run_eager(ctx, probe_in)
+            if want.status == UNCHECKED:
+                continue
+            if want.status != ACCEPTED:
+                problem = (f"accepted out-of-range sizes {probe.description}, which eager rejects "
+                           f"({want.message.splitlines()[0]}): no guard checks this")
+            else:
+                bad = mismatch(ctx, got.observation, want.observation, fake=FAKE in (got.mode, want.mode))
+                rec["eager"] = "matches" if not bad else "differs"
+                if not bad:
+                    continue  # accepted and right
+                problem = f"accepted but wrong at out-of-range sizes {probe.description}:\n{bad}"
+            if probe.kind == "small":  # below the min at a size no guard checks: recorded, no warning (#26)
+                rec["below_min"] = _one_line(problem)
+                continue
+            rec["finding"] = problem.splitlines()[0]
+            failures.append((problem, "accepted-out-of-range"))
+        finally:
+            probe_in.release()  # the outputs went with the loop; the inputs go now (issue #31)
     # the reloaded programs on a representative subset (issue #16): the boundaries of every range, in and out
     subset = [i for i, p in enumerate(probes) if p.kind in ("max", "min")] + [
-        i for i, p in enumerate(probes) if p.kind == "in-range"][:2]  # every dim at its min, every dim at its max
+        i for i, p in enumerate(probes) if p.kind == "in-range" and p.edge][:1] + [  # every dim at its min
+        i for i, p in enumerate(probes) if p.kind == "in-range" and not p.edge][:1]  # every dim at its max
     for label, ep in ctx.loaded.items():
         for probe, expected, probe_in in [(probes[i], verdicts[i], inputs[i]) for i in sorted(subset)]:
             got = run_program(ctx, ep, probe_in)
+            probe_in.release()
             if UNCHECKED in (got.status, expected):
                 continue
             if (got.status == ACCEPTED) != (expected == ACCEPTED):

@@ -378,8 +378,9 @@ class _Checks:
 def _message(data: dict[str, Any], against: str, exported_ok: bool, note: str) -> str:
     refused, accepted, left = data["refused"], data["accepted_out_of_range"], data.get("sizes_left")
     text = (f"converted in {data['convert_s']:.1f} s (opset {data['opset']}, {format_bytes(data['onnx_bytes'])}); "
-            f"ONNX Runtime matches {against} on the example" + (" and" if exported_ok else "; eager on")
-            + f" {plural(data['sizes_checked'], 'probed size')} (max abs error {data['max_abs_error']:.3g})")
+            f"ONNX Runtime matches {against} on the example" + ((" and" if exported_ok else "; eager on")
+            + f" {plural(data['sizes_checked'], 'probed size')}" if data["sizes_checked"] else " only")  # (#31)
+            + f" (max abs error {data['max_abs_error']:.3g})" + ("" if data["sizes_checked"] else "; no other size checked"))
     if left:
         text += f", {left} more not run (at most {MAX_SIZE_CHECKS}, in a quarter of the budget)"
     if data.get("dynamic_inputs"):

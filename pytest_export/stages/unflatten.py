@@ -19,7 +19,7 @@ from ..util import describe_exception, plural
 
 
 def _run(ctx: Context, module: Any) -> Any:
-    return observe(module, module, ctx.case.args, ctx.case.kwargs, ctx.keeper)
+    return observe(module, module, ctx.case.args, ctx.case.kwargs, ctx.keeper, grad=ctx.options.grad)
 
 
 def run(ctx: Context) -> dict[str, Any]:

@@ -1,0 +1,198 @@
+"""The memory of a raw check and numerics where defects live (issue #31).
+
+Each test plants one thing: an output that would carry autograd history, a second copy of the weights, a forward
+that writes a parameter in place, a defect at the edge of a declared range, and a budget that the fixed-cost
+stages (compare, save/load, decomp) must not spend.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+from torch.export import Dim
+
+import pytest_export
+from pytest_export import context as context_mod
+from pytest_export.api import build
+from pytest_export.cost import Costs
+from pytest_export.options import SessionOptions, merge
+from pytest_export.runner import run_case
+
+
+class Wide(torch.nn.Module):
+    """A weight with a shape no other tensor of the run has, to find every copy of it by storage."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(24, 40)
+        self.register_buffer("scale", torch.full((40,), 2.0))
+
+    def forward(self, x):
+        return torch.tanh(self.proj(x)) * self.scale
+
+
+BATCH = {"x": {0: Dim("batch", min=1, max=32)}}
+
+
+def _run(module, args, **keywords):
+    case = build("memory", module, args, {}, keywords)
+    kept: list = []
+    result = run_case(case, merge(SessionOptions(check=True), keywords), "memory", keep=kept)
+    return result, kept[0]
+
+
+def _observed(monkeypatch) -> list:
+    """Every output tree the harness's forward calls produce (eager and every program, fake and real)."""
+    seen: list = []
+    real = context_mod.observe
+
+    def spy(*args, **kwargs):
+        obs = real(*args, **kwargs)
+        seen.append(obs.outputs)
+        return obs
+
+    monkeypatch.setattr(context_mod, "observe", spy)
+    return seen
+
+
+def test_no_output_the_harness_holds_carries_autograd_history(monkeypatch):
+    seen = _observed(monkeypatch)
+    result, _ = _run(Wide(), (torch.randn(4, 24),), dynamic_shapes=BATCH)
+    assert result.outcome == "passed", result.failure_text()
+    leaves = [t for out in seen for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    assert len(leaves) > 20  # eager, the exported, reloaded and decomposed programs, the probes
+    assert not any(t.requires_grad or t.grad_fn is not None for t in leaves)
+
+
+def test_grad_true_runs_forward_with_autograd(monkeypatch):
+    seen = _observed(monkeypatch)
+    result, _ = _run(Wide(), (torch.randn(4, 24),), dynamic_shapes=BATCH, grad=True)
+    assert result.outcome == "passed", result.failure_text()
+    leaves = [t for out in seen for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    assert any(t.grad_fn is not None for t in leaves)
+
+
+def _storages(shape: tuple[int, ...]) -> set[int]:
+    """The storages of every real tensor of ``shape`` alive now."""
+    gc.collect()
+    out = set()
+    for obj in gc.get_objects():
+        if type(obj) in (torch.Tensor, torch.nn.Parameter) and tuple(obj.shape) == shape:
+            if not obj.is_meta and obj.untyped_storage().data_ptr():
+                out.add(obj.untyped_storage().data_ptr())
+    return out
+
+
+def test_one_copy_of_the_weights_is_alive():
+    model = Wide()
+    result, ctx = _run(model, (torch.randn(4, 24),), dynamic_shapes=BATCH)
+    assert result.outcome == "passed", result.failure_text()
+    weight = model.proj.weight.untyped_storage().data_ptr()
+    # the exported, the reloaded and the decomposed programs and every module built from them share it
+    assert ctx.loaded["file"].state_dict["proj.weight"].untyped_storage().data_ptr() == weight
+    assert ctx.decomposed.state_dict["proj.weight"].untyped_storage().data_ptr() == weight
+    for mod in ctx._modules.values():
+        assert mod.state_dict()["proj.weight"].untyped_storage().data_ptr() == weight
+    assert _storages(tuple(model.proj.weight.shape)) == {weight}
+
+
+def test_save_load_that_changes_a_weight_fails_serde(monkeypatch):
+    real_load = torch.export.load
+
+    def load(*args, **kwargs):
+        ep = real_load(*args, **kwargs)
+        ep.state_dict["proj.bias"] = torch.nn.Parameter(ep.state_dict["proj.bias"] + 1)
+        return ep
+
+    monkeypatch.setattr(torch.export, "load", load)
+    result, _ = _run(Wide(), (torch.randn(4, 24),), dynamic_shapes=BATCH)
+    serde = result.stages["serde"]
+    assert serde.status == "failed" and serde.data["signature"] == "weights-changed"
+    assert "proj.bias" in serde.message
+
+
+class WritesWeight(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.lin.weight.mul_(0.5)  # state kept in a parameter: the harness holds no copy to undo it
+        return self.lin(x)
+
+
+def test_a_forward_that_writes_a_parameter_fails_eager_naming_it():
+    result = pytest_export.check(WritesWeight(), (torch.randn(2, 4),))
+    eager = result.stages["eager"]
+    assert eager.status == "failed", result.failure_text()
+    assert "lin.weight" in eager.message and "register_buffer" in eager.message
+
+
+class PositionTable(torch.nn.Module):
+    """Positions from a table of 510 rows, declared for sequences to 512: eager raises at 511 and 512 only."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = torch.nn.Parameter(torch.randn(510, 8))
+
+    def forward(self, x):
+        return x + self.pos[torch.arange(x.shape[1])]
+
+
+TABLE = {"x": {0: Dim("batch", min=1, max=64), 1: Dim("seq", min=1, max=512)}}
+
+
+def test_a_defect_at_the_edge_of_a_range_is_found_with_default_settings():
+    result = pytest_export.check(PositionTable(), (torch.randn(2, 16, 8),), dynamic_shapes=TABLE)
+    guards = result.stages["guards"]
+    assert guards.status == "failed" and guards.data["signature"] == "eager-raised-in-range", result.failure_text()
+    first = guards.data["probe_list"][:3]  # the edges run first, with real tensors
+    assert [p["probe"] for p in first] == ["batch=1, seq=1", "batch=64, seq=1", "batch=1, seq=512"]
+    assert all(p["mode"] == "numeric" for p in first)
+    assert "seq=512" in guards.message and "index" in guards.message
+
+
+class SlowDecomp(torch.nn.Module):
+    def forward(self, x):
+        return x.cumsum(1)
+
+
+def test_the_fixed_cost_stages_do_not_spend_the_budget(monkeypatch):
+    """compare, save/load and decomp take 2 s here; a budget of 1 s still runs every edge numeric."""
+    real = torch.export.ExportedProgram.run_decompositions
+
+    def slow(self, *args, **kwargs):
+        time.sleep(2.0)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", slow)
+    result = pytest_export.check(PositionTable(), (torch.randn(2, 16, 8),), dynamic_shapes=TABLE, budget=1)
+    probes = result.stages["guards"].data["probe_list"]
+    assert all(p["mode"] == "numeric" for p in probes[:3]), probes[:3]
+    assert result.info["ranges"]["budget_spent"] < 5
+
+
+def test_the_budget_clock_counts_probing_only():
+    costs = Costs(max_memory=2**30, budget=10.0)
+    time.sleep(0.05)  # outside any probe: not counted
+    with costs.probing():
+        time.sleep(0.05)
+        with costs.probing():  # nested: counted once
+            time.sleep(0.05)
+    assert 0.1 <= costs.used() < 0.15
+    assert costs.left() == pytest.approx(10.0 - costs.used())
+
+
+def test_a_default_budget_is_raised_to_afford_the_edges_and_a_given_one_is_kept():
+    auto = Costs(max_memory=2**30, budget=30.0, auto=True)
+    auto.size_for_edges(40.0)
+    assert auto.budget == pytest.approx(80.0, abs=0.1)
+    auto.size_for_edges(1000.0)
+    assert auto.budget == 300.0  # capped
+    given = Costs(max_memory=2**30, budget=30.0)
+    given.size_for_edges(40.0)
+    assert given.budget == 30.0
