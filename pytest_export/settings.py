@@ -188,9 +188,10 @@ SETTINGS: tuple[Setting, ...] = (
             needs_check=True),
     Setting("export_summary_md", "write a short Markdown summary to PATH (default: appended to "
             "$GITHUB_STEP_SUMMARY when set)", _path, "summary_md", metavar="PATH", needs_check=True),
-    Setting("export_no_diagnose", "do not rerun a failed export with torch.export.draft_export to diagnose it "
-            "(the same as --export-diagnose=never)", _not_flag, "diagnose", kind="flag"),
-    Setting("export_diagnose", "when to rerun a failed export with torch.export.draft_export: auto (failures not "
+    Setting("export_no_diagnose", "do not diagnose a failed export (neither check the fix torch's message carries "
+            "nor rerun it with torch.export.draft_export; the same as --export-diagnose=never)", _not_flag, "diagnose", kind="flag"),
+    Setting("export_diagnose", "when to diagnose a failed export (check the fix torch's constraint-violation message "
+            "carries; else rerun it with torch.export.draft_export): auto (failures not "
             "known to --export-baseline; the default), always, never", _choice(("auto", "always", "never"), "auto"),
             "diagnose_when", metavar="auto|always|never"),
     Setting("export_summary", "the end-of-run tables: full, short (one line per run and the failing cases; the "

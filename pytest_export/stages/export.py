@@ -1,7 +1,8 @@
 """Stage ``export``: ``torch.export.export`` succeeds, once per case, and leaves the module's state unchanged.
 
-A declaration that does not fit the case fails here before torch runs; a failed export is diagnosed with
-``draft_export`` (its time reported apart, as ``diagnosis_s``, under a limit of its own: ``diagnose.limit_for``).
+A declaration that does not fit the case fails here before torch runs; a failed export is diagnosed (its time
+reported apart, as ``diagnosis_s``, under a limit of its own: ``diagnose.limit_for``): a constraint violation by
+the fix torch's message carries, built and checked; any other failure with ``draft_export``.
 A limit that cuts the diagnosis never changes the verdict torch reached: the stage stays ``failed``.
 """
 
