@@ -32,8 +32,9 @@ MIN_DEFAULT_MEMORY = 256 * 2**20
 # edge may take what is left of it: the edges run first)
 PROBE_BUDGET_SHARE = 0.25
 # the default budget (--export-budget not given) is raised so that every dim's edges run numeric: to this many
-# times their predicted time (as much again for the corner and the rest), at most EDGE_BUDGET_CAP seconds
-EDGE_BUDGET_FACTOR, EDGE_BUDGET_CAP = 2.0, 300.0
+# times their predicted time (a margin over the prediction; what is left goes to the corner and the rest), at most
+# EDGE_BUDGET_CAP seconds
+EDGE_BUDGET_FACTOR, EDGE_BUDGET_CAP = 1.25, 300.0
 # a numeric probe that runs this many times longer than predicted (and at least PROBE_TIMEOUT_FLOOR s) is stopped
 PROBE_TIMEOUT_FACTOR, PROBE_TIMEOUT_FLOOR = 20.0, 10.0
 
@@ -127,6 +128,7 @@ def tally_mode():
 
 
 RATE_DERATE = 0.25  # the share of a large matmul's rate (and a large copy's) a model's kernels are assumed to reach
+ACHIEVED_RATE_AFTER = 0.02  # seconds: an example forward at least this long gives the model's own FLOP rate
 _RATES: list[tuple[float, float]] = []
 
 
@@ -282,15 +284,21 @@ class Costs:
             grow = max(1.0, ratio) ** 2
             return 2 * ex.seconds * grow, int((2 * self.real_peak + 3 * ex.inputs) * grow)
         flops_per_s, bytes_per_s = machine_rates()
-        extra = (max(0.0, probe.flops - ex.flops) / (flops_per_s * RATE_DERATE)
+        flops_per_s *= RATE_DERATE
+        if ex.seconds >= ACHIEVED_RATE_AFTER and ex.flops:
+            # a model whose example runs long enough is compute-bound: the rate it reached there is its own, and
+            # larger sizes reach at least that (issue #31: the derated matmul rate predicted a ViT-B/16's batch of
+            # 64 at four times its real cost, and a budget sized on it doubled the case's time)
+            flops_per_s = max(flops_per_s, ex.flops / ex.seconds)
+        extra = (max(0.0, probe.flops - ex.flops) / flops_per_s
                  + max(0, probe.total - ex.total) / (bytes_per_s * RATE_DERATE))
         mem_ratio = max(1.0, self.real_peak / ex.peak) if ex.peak else 1.0
         return 2 * (ex.seconds + extra), int(2 * probe.peak * mem_ratio + 3 * probe.inputs)
 
     def size_for_edges(self, seconds: float) -> None:
-        """Raise a default budget so that the edges, predicted to take ``seconds`` numeric, fit in it with as much
-        again for the rest: ``max(budget, EDGE_BUDGET_FACTOR x seconds)``, at most ``EDGE_BUDGET_CAP`` (issue
-        #31: a 12-layer encoder's edges take a few seconds each on 2 cores). A budget the user set is kept."""
+        """Raise a default budget so that the edges, predicted to take ``seconds`` numeric, fit in it with a margin:
+        ``max(budget, used + EDGE_BUDGET_FACTOR x seconds)``, at most ``EDGE_BUDGET_CAP`` (issue #31: a 12-layer
+        model's edges take seconds each on 2 cores). A budget the user set is kept."""
         if self.auto and self.budget is not None:
             self.budget = max(self.budget, min(EDGE_BUDGET_CAP, self.used() + EDGE_BUDGET_FACTOR * seconds))
 
