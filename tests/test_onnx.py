@@ -267,3 +267,36 @@ def test_a_bfloat16_input_is_the_harness_limit_an_error_never_a_skip(tmp_path):
                               session=CONVERT_ONLY)
     st = res.stages["onnx"]
     assert st.status == "error" and "bfloat16" in st.message, res.failure_text()
+
+
+class ScalarLoss(torch.nn.Module):  # a 0-d output, as a training step's loss
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.linear(x).pow(2).mean()
+
+
+@needs_onnx
+def test_a_0d_output_compares_as_0d(tmp_path):
+    # numpy's ascontiguousarray makes a 0-d array 1-d: ONNX Runtime's scalar read as shape [1] against eager's []
+    res = pytest_export.check(ScalarLoss(), (torch.randn(5, 8),), dynamic_shapes={"x": {0: BATCH}}, onnx=True,
+                              workdir=tmp_path, session=FAST)
+    st = res.stages["onnx"]
+    assert st.status == "passed", res.failure_text()
+    assert st.data["sizes_checked"] >= 2 and st.data["max_abs_error"] < 1e-4
+
+
+@needs_onnx
+def test_an_output_of_another_shape_still_fails(tmp_path, monkeypatch):
+    import onnxruntime
+
+    class Reshaped(onnxruntime.InferenceSession):  # the same values, one axis more: shape [1] against eager's []
+        def run(self, *a, **k):
+            return [out.reshape(1, *out.shape) for out in super().run(*a, **k)]
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", Reshaped)
+    res = pytest_export.check(ScalarLoss(), (torch.randn(5, 8),), onnx=True, workdir=tmp_path, session=CONVERT_ONLY)
+    st = res.stages["onnx"]
+    assert st.status == "failed" and "ONNX Runtime disagrees with eager on the example inputs" in st.message

@@ -196,8 +196,8 @@ class _Checks:
             if not produced:  # a constant of the program, which compare checks
                 new.append(leaf)
                 continue
-            value = next(got)
-            tensor = torch.from_numpy(np.ascontiguousarray(value))
+            value = np.asarray(next(got))  # ascontiguousarray makes a 0-d array 1-d: its shape is kept
+            tensor = torch.from_numpy(np.ascontiguousarray(value)).reshape(value.shape)
             if isinstance(leaf, torch.Tensor) and leaf.is_complex() and not tensor.is_complex() and tensor.shape[-1:] == (2,):
                 tensor = torch.view_as_complex(tensor.to(torch.float64 if leaf.dtype == torch.complex128 else torch.float32))
             new.append(tensor.item() if not isinstance(leaf, torch.Tensor) and tensor.numel() == 1 else tensor)
