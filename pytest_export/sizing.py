@@ -15,7 +15,7 @@ from .cost import FAKE, NUMERIC, Plan
 from .frames import at_text
 from .observe import Observation, compare_observations, shape_mismatch
 from .results import HarnessError
-from .strategies import build_inputs, fake_inputs
+from .strategies import BuilderError, build_inputs, fake_inputs
 from .timeout import Expired, time_limit
 from .util import describe_exception
 
@@ -24,6 +24,10 @@ UNCHECKED = "unchecked"  # neither fake nor numeric could run it (``Verdict.mess
 
 _REFUSALS = ("Guard failed", "Expected input", "to be equal to", "to be <=", "to be >=", "is outside of",
              "Dynamic shape constraint violation", "input_constraints")
+
+
+class InputsUnknown(Exception):
+    """A probe's inputs cannot be made, fake or real: it is ``unchecked`` with this reason (never a cost guessed)."""
 
 
 @dataclasses.dataclass
@@ -47,7 +51,8 @@ class Sized:
         self.plan: Plan | None = None
         self.budgeted = True  # whether the case's time budget, besides the memory cap, decides numeric
         self.edge = False  # one of the edges: planned first, may take all that is left of the budget (#31)
-        self._measured: tuple[Any, float, bool] | None = None  # (its fake count, input ratio, fake runs it)
+        self._measured: tuple[Any, float | None, bool] | None = None  # (its fake count, input ratio, fake runs it)
+        self.unknown = ""  # why its inputs cannot be made (``InputsUnknown``), where they cannot
         self.eager_fake: Verdict | None = None
         self._real: tuple[tuple, dict] | None = None
         self._fake: tuple[tuple, dict] | None = None
@@ -80,9 +85,32 @@ class Sized:
     def fake(self) -> tuple[tuple, dict]:
         if self._fake is None:
             case, mode = self.ctx.case, self.ctx.fake_mode()
-            self._fake = fake_inputs(mode, self.model, self.values, case.args, case.kwargs, self.override, self.given,
-                                     self.builder)
+            try:
+                self._fake = fake_inputs(mode, self.model, self.values, case.args, case.kwargs, self.override,
+                                         self.given, self.builder)
+            except Exception as exc:  # noqa: BLE001 - a builder fake tensors cannot run (``.numpy()``): built real
+                if self.builder is None or self.override or self.given is not None or isinstance(exc, BuilderError):
+                    raise
+                self._fake = self._fake_from_real(mode, exc)
         return self._fake
+
+    def _fake_from_real(self, mode: Any, exc: Exception) -> tuple[tuple, dict]:
+        """The builder's inputs built for real, outside the fake mode, and converted to fake (issue #32), where
+        they fit the memory cap (estimated as the example's inputs at these sizes); ``InputsUnknown`` elsewhere.
+        A builder that raises for real too raises its own error."""
+        import torch
+        import torch.utils._pytree as pytree
+
+        from .cost import format_bytes, input_bytes
+
+        case, cap = self.ctx.case, self.ctx.costs().max_memory
+        first = describe_exception(exc, 200).splitlines()[0]
+        need = input_bytes(fake_inputs(mode, self.model, self.values, case.args, case.kwargs))
+        if need > cap:
+            raise InputsUnknown(f"the input_builder cannot run under fake tensors ({first}) and its real inputs "
+                                f"would need ~{format_bytes(need)} > max_memory {format_bytes(cap)}")
+        built = build_inputs(self.model, self.values, case.args, case.kwargs, self.seed, self.builder)
+        return pytree.tree_map_only(torch.Tensor, mode.from_tensor, built)
 
 
 def plan_for(ctx: Context, sized: Sized) -> Plan:
@@ -103,10 +131,15 @@ def _measure(ctx: Context, sized: Sized, costs: Any) -> tuple[Any, float, bool]:
     from .cost import input_bytes
 
     measured, fake_ok = None, costs.fake_problem is None
+    try:
+        inputs = sized.fake()
+    except InputsUnknown as exc:  # no size to scale by: unchecked, saying why (issue #32), never an infinite ratio
+        sized.unknown = str(exc)
+        sized._measured = (None, None, fake_ok)
+        return sized._measured
     if fake_ok:
         try:
-            args, kwargs = sized.fake()
-            obs, measured = ctx.eager_counted(args, kwargs)
+            obs, measured = ctx.eager_counted(*inputs)
             sized.eager_fake = Verdict(ACCEPTED, observation=obs, mode=FAKE)
         except HarnessError:
             raise
@@ -116,13 +149,8 @@ def _measure(ctx: Context, sized: Sized, costs: Any) -> tuple[Any, float, bool]:
             fake_ok = not fake_limit(exc)
             sized.eager_fake = Verdict(RAISED, describe_exception(exc, 600) + at_text(exc), mode=FAKE)
     ratio = 1.0
-    if measured is not None and costs.example is not None and costs.example.inputs:
-        ratio = measured.inputs / costs.example.inputs
-    elif costs.example is not None and costs.example.inputs:
-        try:
-            ratio = input_bytes(sized.fake()) / costs.example.inputs
-        except Exception:  # noqa: BLE001 - the fake inputs cannot be made: assume the worst a probe may be
-            ratio = float("inf") if sized.values else 1.0
+    if costs.example is not None and costs.example.inputs:
+        ratio = (measured.inputs if measured is not None else input_bytes(inputs)) / costs.example.inputs
     sized._measured = (measured, ratio, fake_ok)
     return sized._measured
 
@@ -151,6 +179,9 @@ def _plan(ctx: Context, sized: Sized, costs: Any) -> Plan:
             costs.record(sized.dims, plan.mode, plan.why)
         return plan
     measured, ratio, fake_ok = _measure(ctx, sized, costs)
+    if ratio is None:
+        sized.plan = Plan(None, why=f"not checked: {sized.unknown}")
+        return sized.plan
     if measured is not None and not sized.override and sized.given is None and sized.values:
         costs.known.append((dict(sized.values), *costs.predict(measured, ratio)))
     sized.plan = plan = costs.plan(measured, ratio, fake_ok, sized.budgeted, edge=sized.edge)
@@ -172,7 +203,7 @@ def plan_edges(ctx: Context, edges: list[Sized]) -> None:
         for sized in edges:
             sized.edge = True
             measured, ratio, fake_ok = _measure(ctx, sized, costs)
-            seconds, need = costs.predict(measured, ratio)
+            seconds, need = costs.predict(measured, ratio) if ratio is not None else (0.0, costs.max_memory + 1)
             if need <= costs.max_memory:
                 total += seconds
         costs.size_for_edges(total)

@@ -305,6 +305,48 @@ def test_an_input_builder_that_returns_garbage_is_named():
     assert "input_builder" in res.stages["fuzz"].message
 
 
+class Rows(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("how", ["from_numpy", "tensor.numpy"])
+def test_an_input_builder_using_numpy_runs_like_any_other(how):
+    """A builder that goes through numpy cannot run under fake tensors (``.numpy()`` of a fake tensor raises):
+    its inputs are built for real and converted to fake (issue #32: guards and retrace ended as `error` with an
+    infinite cost ratio, fuzz failed blaming the builder)."""
+    np = pytest.importorskip("numpy")
+
+    def builder(sizes, args, kwargs):
+        if how == "from_numpy":
+            return (torch.from_numpy(np.random.rand(sizes["b"], 4).astype("float32")),)
+        return (torch.from_numpy(torch.randn(sizes["b"], 4).numpy() * 2),)
+
+    res = check(Rows(), (torch.randn(3, 4),), dynamic_shapes={"x": {0: Dim("b", min=1, max=64)}},
+                input_builder=builder, examples=5)
+    assert res.outcome == "passed", res.failure_text()
+    assert res.stages["guards"].data["unchecked"] == 0 and res.stages["fuzz"].data["unchecked"] == 0
+    assert {row["dim"]: row["numeric_max"] for row in res.info["ranges"]["dims"]} == {"b": 64}
+
+
+def test_a_numpy_builder_past_the_memory_cap_is_unchecked_with_its_reason():
+    """Where the builder's real inputs would not fit the memory cap, its sizes are `unchecked`, saying why."""
+    pytest.importorskip("numpy")
+    res = check(Rows(), (torch.randn(3, 4),), dynamic_shapes={"x": {0: Dim("b", min=1, max=1 << 30)}},
+                input_builder=lambda sizes, a, k: (torch.from_numpy(torch.randn(sizes["b"], 4).numpy()),),
+                examples=3, max_memory="1MB")
+    assert res.outcome == "passed", res.failure_text()
+    guards = res.stages["guards"].data
+    unchecked = [p for p in guards["probe_list"] if p["program"] == "unchecked"]
+    assert unchecked and all("input_builder cannot run under fake tensors" in p["why"] for p in unchecked), unchecked
+    assert all("max_memory 1 MB" in p["why"] for p in unchecked)
+    assert {p["mode"] for p in guards["probe_list"] if p["probe"] == "b=1"} == {"numeric"}
+
+
 def test_eager_failing_inside_the_declared_range_is_blamed_on_the_declaration(monkeypatch):
     # the model only supports even sizes, which the example has; the declaration promises every size
     class EvenOnly(torch.nn.Module):
