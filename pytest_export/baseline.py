@@ -31,7 +31,8 @@ READABLE_VERSIONS = (1, 2)
 # recorded now (errors are never expected); a legacy entry is stale once the case runs without error, and
 # --export-baseline-update drops it.
 CASE_STAGE = "case"
-BASELINED = ("failed",)  # `error` means undecided, not wrong: it is never a known failure
+BASELINED = ("failed",)
+NON_CORE = "non_core"  # ``confirmed``'s name for the decomposition's list of non-core ops  # `error` means undecided, not wrong: it is never a known failure
 SIGNATURE_LIMIT = 120
 
 Entry = dict[str, str]  # {"reason": str, "signature": str}; no "signature": matches any failure of the stage
@@ -207,38 +208,53 @@ def session_stale(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: Sc
     out = [f"{nodeid} [{', '.join(sorted(stages))}]: the case did not run (removed or renamed?)"
            for nodeid, stages in sorted(baseline.failures.items()) if gone(nodeid)]
     carried = {op for c in cases for op in non_core_of(c)}
+    decomposed = {c["nodeid"] for c in cases if confirmed(c, NON_CORE)}  # a skipped decomp says nothing (#32)
     for op, owners in sorted(baseline.non_core_ops.items()):
-        if op not in carried and owners and all(gone(n) or n in ran for n in owners):
+        if op not in carried and owners and all(gone(n) or n in decomposed for n in owners):
             out.append(f"non-core op {op}: no case carries it after decomposition any more")
     return out
 
 
+def confirmed(case: dict[str, Any], stage: str) -> bool:
+    """Whether this run reached a verdict on ``stage`` of a case that ran: the stage ran and passed or failed. One
+    skipped (not requested, behind an earlier failure), not run (a case that could not be built), in ``error``
+    (the harness could not decide) or left to its test (``raise_on_failure=False``) confirms nothing (#32)."""
+    data = case.get("stages", {}).get("decomp" if stage == NON_CORE else stage) or {}
+    if case.get("raise_on_failure") is False:
+        return False
+    # a non-core op's owner: the decomposed program's ops were listed (a decomposition that raised lists none)
+    return "non_core" in data if stage == NON_CORE else data.get("status") in ("passed", *BASELINED)
+
+
 def updated(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: Scope | None) -> Baseline:
-    """The baseline this run implies: cases that ran get their current failures (``failed`` stages only); cases
-    that did not run keep their entries unless they are gone (see ``session_stale``). Legacy ``case`` entries
-    (case-level errors, version 1) are dropped: an error is never expected."""
+    """The baseline this run implies: a case that ran keeps the entries of the stages this run reached no verdict on
+    (``confirmed``), loses those of the stages that passed, and gets its new failures (``failed`` stages only);
+    cases that did not run keep their entries unless they are gone (see ``session_stale``). A non-core op is
+    owned by the cases whose decomposition carries it, and still by one whose ``decomp`` reached no verdict.
+    Legacy ``case`` entries (case-level errors, version 1) are dropped: an error is never expected."""
     cases = list(cases)
-    ran = {c["nodeid"] for c in cases}
+    ran = {c["nodeid"]: c for c in cases}
     gone = _covered(scope, ran)
+
+    def kept(nodeid: str, stage: str) -> bool:
+        return stage != CASE_STAGE and not gone(nodeid) and not (nodeid in ran and confirmed(ran[nodeid], stage))
+
     new = Baseline()
     for nodeid, stages in baseline.failures.items():
-        if nodeid not in ran and not gone(nodeid):
-            kept = {s: dict(e) for s, e in stages.items() if s != CASE_STAGE}
-            if kept:
-                new.failures[nodeid] = kept
+        new.failures[nodeid] = {s: dict(e) for s, e in stages.items() if kept(nodeid, s)}
     for c in cases:
-        f = failures_of(c)
-        if f:
-            new.failures[c["nodeid"]] = f
+        if c.get("raise_on_failure") is not False:
+            new.failures.setdefault(c["nodeid"], {}).update(failures_of(c))
+    new.failures = {n: s for n, s in new.failures.items() if s}
     for op, owners in baseline.non_core_ops.items():
-        kept_owners = [n for n in owners if n not in ran and not gone(n)]
+        kept_owners = [n for n in owners if kept(n, NON_CORE)]
         if kept_owners:
             new.non_core_ops[op] = kept_owners
     for c in cases:
-        for op in non_core_of(c):
+        for op in non_core_of(c) if confirmed(c, NON_CORE) else ():
             new.non_core_ops.setdefault(op, []).append(c["nodeid"])
     return new
 
 
 __all__ = ["Baseline", "load", "judge", "failures_of", "errors_of", "signature_of", "changed_text",
-           "session_stale", "updated", "CASE_STAGE", "BASELINE_VERSION"]
+           "session_stale", "updated", "confirmed", "CASE_STAGE", "BASELINE_VERSION"]

@@ -356,12 +356,16 @@ def test_an_error_stage_fails_even_when_the_baseline_lists_it_and_is_never_recor
     r.stdout.fnmatch_lines(["*test_cases.py::test_hangs [[]export]: error: the harness could not decide; "
                             "errors are never expected or baselined*",
                             "*error (never baselined): test_cases.py::test_hangs [[]export]*"])
-    # update mode: the item still fails, and the error is not written into the baseline
-    r = run(pytester, "--export-timeout", "120", "--export-baseline-update")
-    assert r.ret == 1, r.stdout.str()
-    r.assert_outcomes(passed=1, failed=1)
-    r.stdout.fnmatch_lines(["*errors are never expected or baselined*"])
-    assert read(pytester) == {"version": 2, "failures": {}, "non_core_ops": {}}
+    # update mode: the item still fails, and the error is not written into the baseline; the entry it had is
+    # kept as it was, since a stage that erred confirms nothing (#32)
+    for before, after in (({"export": "timed out"}, {"export": {"reason": "timed out"}}), ({}, None)):
+        _write(pytester, {"test_cases.py::test_hangs": before} if before else {}, version=1)
+        r = run(pytester, "--export-timeout", "120", "--export-baseline-update")
+        assert r.ret == 1, r.stdout.str()
+        r.assert_outcomes(passed=1, failed=1)
+        r.stdout.fnmatch_lines(["*errors are never expected or baselined*"])
+        assert read(pytester) == {"version": 2, "non_core_ops": {},
+                                  "failures": {"test_cases.py::test_hangs": after} if after else {}}
 
 
 def test_a_case_level_error_is_never_recorded(pytester):
@@ -389,7 +393,9 @@ def test_judge_and_update_never_treat_errors_as_known():
     assert bl.failures_of(case) == {"compare": {"reason": "mismatch at 3 of 16", "signature": "Mismatch"}}
     assert bl.errors_of(case) == ["export"]
     assert bl.judge(case, base) == {"known": {"compare": "r"}}  # export: neither known, new nor stale
-    assert bl.updated(base, [case], None).failures == {"t.py::c": {"compare": bl.failures_of(case)["compare"]}}
+    # the errored stage confirms nothing: its entry is kept as it was, and the error itself is not recorded (#32)
+    assert bl.updated(base, [case], None).failures == {"t.py::c": {"export": {"reason": "timed out"},
+                                                                   "compare": bl.failures_of(case)["compare"]}}
     crashed = {"nodeid": "t.py::d", "outcome": "error", "stages": {}, "error": "the worker crashed"}
     assert bl.failures_of(crashed) == {} and bl.errors_of(crashed) == ["case"]
 
@@ -430,3 +436,81 @@ def test_fine():
     # the known failure is an expected one: the `(case)` row says what pytest says, 1 passed and 1 xfailed, the
     # xfail a known one (#26: columns passed, failed, known, skipped, xfailed)
     result.stdout.re_match_lines([r"\(case\)\s+\|\s+1\s+\|\s+0\s+\|\s+1\s+\|\s+0\s+\|\s+0$"])
+
+
+# ---- an update keeps what no stage confirmed (#32) ----------------------------------------------------------------
+
+GUARDED = '''
+class EvenOnly(torch.nn.Module):
+    def forward(self, x):
+        if os.environ.get("BREAK_EXPORT") and x.sum() > 0:  # a branch on data: export fails
+            return x - 1
+        if not torch.compiler.is_exporting() and x.shape[0] % 2:
+            raise ValueError("odd batch")  # in range, refused by eager: guards fails
+        return x * 2
+
+@pytest.fixture
+def weights():
+    if os.environ.get("FLAKY_FIXTURE"):
+        raise ConnectionError("planted: the download failed")
+    return 2
+
+@pytest.mark.exportable(dynamic_shapes={"x": {0: Dim("b", min=2, max=16)}})
+def test_x(weights):
+    if os.environ.get("FLAKY_TEST"):
+        raise ConnectionError("planted: the download failed")
+    return EvenOnly(), (torch.randn(8),)
+'''
+GUARDS_KNOWN = json.dumps({"version": 2, "non_core_ops": {},
+                           "failures": {"test_cases.py::test_x": {"guards": {"reason": "odd batch"}}}})
+
+
+@pytest.mark.parametrize("how, env, args", [
+    ("--export-skip-stages guards", None, ("--export-skip-stages", "guards")),
+    ("skipped behind a new export failure", "BREAK_EXPORT", ()),
+    ("a fixture raised", "FLAKY_FIXTURE", ()),
+    ("the test raised while building its case", "FLAKY_TEST", ()),
+])
+def test_an_update_keeps_the_entries_of_stages_that_reached_no_verdict(pytester, monkeypatch, how, env, args):
+    """Only a stage that ran and passed removes its entry; one skipped, not run, or behind a case that could not be
+    built confirms nothing: the next full run still finds its failure known, not new."""
+    for var in ("BREAK_EXPORT", "FLAKY_FIXTURE", "FLAKY_TEST"):
+        monkeypatch.delenv(var, raising=False)
+    write_cases(pytester, "import os\n" + GUARDED)
+    (pytester.path / "baseline.json").write_text(GUARDS_KNOWN)
+    quick = ("--export-skip-stages", "fuzz,retrace")
+    if env:
+        monkeypatch.setenv(env, "1")
+    r = run(pytester, "--export-baseline-update", *quick, *args)
+    assert r.ret == (1 if env and env.startswith("FLAKY") else 0), r.stdout.str()
+    entries = read(pytester)["failures"]["test_cases.py::test_x"]
+    assert entries["guards"] == {"reason": "odd batch"}, how
+    assert set(entries) == ({"guards", "export"} if env == "BREAK_EXPORT" else {"guards"})
+    if env:
+        monkeypatch.delenv(env)
+    if env == "BREAK_EXPORT":  # export is fixed again: its new entry would be stale, which is another story
+        (pytester.path / "baseline.json").write_text(GUARDS_KNOWN)
+    r = run(pytester, *quick)  # the next full run: guards fails as it did, and the baseline still knows it
+    assert r.ret == 0 and "new: " not in r.stdout.str(), r.stdout.str()
+    r.assert_outcomes(xfailed=1)
+    # and a stage that ran and passed does remove its entry
+    (pytester.path / "baseline.json").write_text(json.dumps(
+        {"version": 2, "non_core_ops": {}, "failures": {"test_cases.py::test_x": {
+            "guards": {"reason": "odd batch"}, "serde": {"reason": "it used to fail"}}}}))
+    assert run(pytester, "--export-baseline-update", *quick).ret == 0
+    assert set(read(pytester)["failures"]["test_cases.py::test_x"]) == {"guards"}
+
+
+def test_a_non_core_op_whose_decomposition_did_not_run_is_kept_and_not_stale():
+    """decomp skipped behind a failed export lists no ops: its case still owns its non-core op (#32)."""
+    from pytest_export.scope import Scope
+
+    skipped = {"nodeid": "t.py::bn", "outcome": "failed",
+               "stages": {"export": {"status": "failed", "message": "m"}, "decomp": {"status": "skipped"}}}
+    base = bl.Baseline({}, {"aten.bn.default": ["t.py::bn"]})
+    assert bl.session_stale(base, [skipped], Scope()) == []
+    assert bl.updated(base, [skipped], Scope()).non_core_ops == {"aten.bn.default": ["t.py::bn"]}
+    ran = {"nodeid": "t.py::bn", "outcome": "passed", "stages": {"decomp": {"status": "passed", "non_core": []}}}
+    assert bl.session_stale(base, [ran], Scope()) == [
+        "non-core op aten.bn.default: no case carries it after decomposition any more"]
+    assert bl.updated(base, [ran], Scope()).non_core_ops == {}
