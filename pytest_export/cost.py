@@ -333,14 +333,17 @@ class Costs:
         return max(PROBE_TIMEOUT_FLOOR, PROBE_TIMEOUT_FACTOR * plan.seconds)
 
     # coverage ------------------------------------------------------------------------------------
-    def record(self, dims: dict[str, tuple[int, int | None, int | None]], mode: str, why: str = "") -> None:
-        """A probe ran (``mode``) in range at sizes ``dims``: name -> (size, declared min, declared max)."""
-        self.probes[mode] = self.probes.get(mode, 0) + 1
+    def record(self, dims: dict[str, tuple[int, int | None, int | None]], mode: str | None, why: str = "") -> None:
+        """A probe ran (``mode``) in range at sizes ``dims``: name -> (size, declared min, declared max). ``mode``
+        None: neither fake nor numeric could run it; it checked nothing, and ``why`` is the dim's reason (#32)."""
+        if mode is not None:
+            self.probes[mode] = self.probes.get(mode, 0) + 1
         at = ", ".join(f"{n}={size}" for n, (size, _, _) in dims.items())
         for name, (size, lo, hi) in dims.items():
             row = self.coverage.setdefault(name, {"dim": name, "declared": [lo, hi], "shape_max": None,
                                                   "numeric_max": None, "why": "", "_not": []})
-            row["shape_max"] = max(size, row["shape_max"] or size)
+            if mode is not None:
+                row["shape_max"] = max(size, row["shape_max"] or size)
             if mode == NUMERIC:
                 row["numeric_max"] = max(size, row["numeric_max"] or size)
             elif why:
@@ -383,7 +386,7 @@ def coverage_line(row: dict[str, Any]) -> str:
     lo, hi = row["declared"]
     shape_max, numeric_max = row.get("shape_max"), row.get("numeric_max")
     top = "" if hi is None else " (max)" if shape_max == hi else f" of {hi}"
-    text = f"{row['dim']}: shapes checked to {shape_max}{top}"
+    text = f"{row['dim']}: shapes checked to {shape_max}{top}" if shape_max is not None else f"{row['dim']}: no size checked"
     if numeric_max is None:
         text += "; no numerics"
     else:

@@ -180,15 +180,17 @@ def _plan(ctx: Context, sized: Sized, costs: Any) -> Plan:
         return plan
     measured, ratio, fake_ok = _measure(ctx, sized, costs)
     if ratio is None:
-        sized.plan = Plan(None, why=f"not checked: {sized.unknown}")
-        return sized.plan
+        sized.plan = plan = Plan(None, why=f"not checked: {sized.unknown}")
+        if sized.in_range:
+            costs.record(sized.dims, None, plan.why)
+        return plan
     if measured is not None and not sized.override and sized.given is None and sized.values:
         costs.known.append((dict(sized.values), *costs.predict(measured, ratio)))
     sized.plan = plan = costs.plan(measured, ratio, fake_ok, sized.budgeted, edge=sized.edge)
     if not fake_ok and plan.mode is None:
         first = (sized.eager_fake.message.splitlines() or [""])[0][:200] if sized.eager_fake else costs.fake_problem
-        plan.why = f"not checked: fake tensors cannot run it ({first}) and numerics {plan.why}"
-    if sized.in_range and plan.mode is not None:
+        plan.why = f"not checked: fake tensors cannot run it ({first}) and numerics do not fit ({plan.why})"
+    if sized.in_range:  # an unchecked one too: the dim's coverage line says why numerics stopped (issue #32)
         costs.record(sized.dims, plan.mode, plan.why)
     return plan
 
@@ -266,7 +268,7 @@ def _sized_program(ctx: Context, ep: Any, inputs: Sized) -> Verdict:
         if fake_limit(exc):
             first = describe_exception(exc, 200).splitlines()[0]
             return Verdict(UNCHECKED, f"not checked: fake tensors cannot run the program here ({first}) and "
-                           f"numerics {plan.why}", mode="")
+                           f"numerics do not fit ({plan.why})", mode="")
         return _program_verdict(exc, FAKE)
 
 

@@ -137,6 +137,24 @@ def test_a_data_dependent_model_falls_back_to_numerics_with_its_reason():
     assert any("fake tensors cannot run this model" in ln for ln in res.coverage_lines())
 
 
+def test_fuzz_examples_not_checked_say_why_in_the_stage_and_the_coverage_line():
+    """Issue #32: fuzz said "20 examples" and the coverage line stopped at the last numeric size, with no reason,
+    when fake tensors cannot run the model and its large sizes exceed the memory cap."""
+    res = pytest_export.check(DataDependent(), (torch.randn(2, 8), torch.tensor([1, 2])), name="ranges::dd-capped",
+                              dynamic_shapes={"x": {0: Dim("b", min=1, max=1 << 24)}, "n": None}, examples=12,
+                              max_memory="2MB")
+    assert res.outcome == "passed", res.failure_text()
+    fuzz = res.stages["fuzz"]
+    assert fuzz.data["unchecked"] >= 1  # b=16777216, a boundary, at least
+    why = fuzz.data["unchecked_why"]
+    assert why.startswith("b=") and "fake tensors cannot run it" in why and "max_memory 2 MB" in why, why
+    assert f"{fuzz.data['unchecked']} of them not checked (" in fuzz.message and "max_memory 2 MB" in fuzz.message
+    b = _coverage(res)["b"]
+    assert b["numeric_max"] < 1 << 24 and "fake tensors cannot run it" in b["why"] and "max_memory 2 MB" in b["why"]
+    line = [ln for ln in res.coverage_lines() if ln.startswith("b:")][0]
+    assert "max_memory 2 MB" in line, line
+
+
 MEMORY_SCRIPT = textwrap.dedent('''
     import json, resource, sys, torch
     from torch.export import Dim

@@ -72,13 +72,11 @@ def run(ctx: Context) -> dict[str, Any]:
         state["runs"] += 1
         state["drawn"].append({**named, "mode": plan.mode} if plan.mode else {**named, "mode": None})
         if plan.mode is None:
-            state["unchecked"] += 1
-            return
+            return _unchecked(state, named, plan.why)
         state["modes"][plan.mode] += 1
         got = run_program(ctx, ctx.ep, probe)
         if got.status == UNCHECKED:
-            state["unchecked"] += 1
-            return
+            return _unchecked(state, named, got.message)
         problem = in_range_problem(ctx, got, probe, wrong="the exported program disagrees with eager",
                                    small=has_small_size(ctx, model, values))
         if problem:
@@ -125,7 +123,7 @@ def run(ctx: Context) -> dict[str, Any]:
     budget.armed = True
     try:
         if boundary_failure or ctx.options.reproduce or (state["runs"] < n and not budget.spent()):
-            _run_outside_hypothesis(search)
+            _run_outside_hypothesis(search, ctx.result.warnings.append)
         elif state["runs"] < n:
             budget.stopped = True
     except FuzzFailure as exc:
@@ -139,6 +137,8 @@ def run(ctx: Context) -> dict[str, Any]:
         raise _report(ctx, state, boundary_failure[1], boundary=True)
     data: dict[str, Any] = {"examples": state["runs"], "examples_requested": n, "drawn": state["drawn"],
                             "modes": state["modes"], "unchecked": state["unchecked"]}
+    if state.get("unchecked_why"):
+        data["unchecked_why"] = state["unchecked_why"]
     if ctx.eager_rejects:
         data["eager_rejects"] = list(ctx.eager_rejects)
     runs = plural(state["runs"], "example") + (
@@ -154,11 +154,20 @@ def run(ctx: Context) -> dict[str, Any]:
     if state["runs"] < n:
         runs = f"{state['runs']} of {n} examples ({data['fewer_because']})"
     if state["unchecked"]:
-        runs += f", {state['unchecked']} of them not checked (neither fake nor numeric could run them)"
+        runs += (f", {state['unchecked']} of them not checked (neither fake nor numeric could run them; the first, "
+                 f"{state['unchecked_why']})")
     if not state["modes"]["numeric"] and not state["modes"]["fake"]:
         runs = f"nothing checked: {runs}"  # a stage that checked nothing does not read like one that did (#31)
     data["message"] = f"{runs}, sizes {_ranges(model)}"
     return data
+
+
+def _unchecked(state: dict[str, Any], named: dict[str, int], why: str) -> None:
+    """An example neither fake nor numeric could run: counted, and the first one's reason kept (issue #32)."""
+    state["unchecked"] += 1
+    if not state.get("unchecked_why"):
+        at = ", ".join(f"{k}={v}" for k, v in named.items())
+        state["unchecked_why"] = f"{at}: {why.removeprefix('not checked: ')}"
 
 
 class Budget:
@@ -201,30 +210,20 @@ def value_seed(values: dict[str, int]) -> int:
     return int.from_bytes(digest[:4], "little")
 
 
-def _run_outside_hypothesis(test: Any) -> None:
+def _run_outside_hypothesis(test: Any, warn: Any = None) -> None:
     """Build and run the search; from inside a running Hypothesis test (an in-process pytester run, or
     ``export_check`` called from a ``@given`` test), do it on a thread of its own, where Hypothesis'
-    thread-local test context is empty, so that the fuzz engine is its own search, not a nested ``@given``."""
+    thread-local test context is empty, so that the fuzz engine is its own search, not a nested ``@given``.
+    The thread runs under the case's time limits and is stopped when the case ends (``timeout.in_thread``);
+    ``warn(text)`` hears of one that did not stop in time."""
     from hypothesis.control import currently_in_test_context
 
     if not currently_in_test_context():
         test()
         return
-    import threading
+    from ..timeout import in_thread
 
-    outcome: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            test()
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the calling thread
-            outcome.append(exc)
-
-    thread = threading.Thread(target=target, name="pytest-export-fuzz", daemon=True)
-    thread.start()
-    thread.join()
-    if outcome:
-        raise outcome[0]
+    in_thread(test, name="pytest-export-fuzz", left=warn)
 
 
 def _ranges(model: Any) -> str:
