@@ -165,7 +165,8 @@ def gate(report_path: str, baseline_path: str, *, warn_stale: bool = False, mark
     """``gate REPORT --baseline PATH``: the in-run gate's rules, messages and exit statuses, applied once to a
     whole run's report (issue #19): 0 when nothing is new or stale, 1 when something is, 4 for a usage error.
     A partial report (a run stopped from outside, or its case lines: issue #23) never passes: its cases are
-    judged, and the entries of the cases it lacks are left alone (neither stale nor confirmed)."""
+    judged, and the entries of the cases it lacks are left alone (neither stale nor confirmed). Nor does the report of
+    a run with collection errors or stopped early (-x): pytest failed it whatever its cases say (#32)."""
     report = _load(report_path, USAGE_ERROR)
     try:
         base = bl.load(baseline_path, option="--baseline")
@@ -176,21 +177,25 @@ def gate(report_path: str, baseline_path: str, *, warn_stale: bool = False, mark
     partial = partial_text(report, report_path)
     # the in-run gate's scope, recorded in the report (#24); a report written before scopes were is a whole run
     scope = Scope.from_json(report["scope"]) if "scope" in report else Scope()
+    incomplete = scope.incomplete()  # files pytest could not collect, a stop (-x): the run failed on them (#32)
     if partial:  # a partial report lacks cases of its run: none of its entries is gone
         scope = dataclasses.replace(scope, stopped=scope.stopped or "the report is partial")
     verdict = judge_report(base, report["cases"], options, scope)
     n = verdict.counts
     found = ["the report is partial"] if partial else []
+    if incomplete:
+        found.append(plural(len(scope.errors), "collection error") if scope.errors else "the run stopped early")
     found += [plural(n["new"], "case with a new failure or non-core op", "cases with a new failure or non-core op"),
              plural(n["errors"], "error"), plural(n["failed"], "other failing case"),
              plural(n["stale"], "stale entry", "stale entries") + ("" if verdict.failed else " (a warning)")]
     found = [f for f in found if not f.startswith("0 ")]
-    if verdict.failed or partial:
+    if verdict.failed or partial or incomplete:
         line = f"gate failed: {', '.join(found)}"
     else:
         line = f"gate passed: {', '.join(found) or 'nothing new or stale'}, {plural(n['known'], 'known failure')}"
     line += f"; {plural(n['cases'], 'case')} of {report_path} against the baseline {baseline_path}"
     head = [partial] if partial else []
+    head += [f"incomplete run: {report_path}: {incomplete}"] if incomplete else []
     print("\n".join([*head, f"export baseline {baseline_path}", *verdict.messages, line]))
     md_path, append = markdown, False
     step = environ.get("GITHUB_STEP_SUMMARY")
@@ -200,7 +205,7 @@ def gate(report_path: str, baseline_path: str, *, warn_stale: bool = False, mark
         # the cases as this gate judged them (a merged gate finds what no shard could: a stale entry, #26)
         judged = {**report, "cases": verdict.cases} if verdict.cases else report
         write_summary_md(md_path, judged, [*head, *verdict.messages, line], append=append)
-    return 1 if verdict.failed or partial else 0
+    return 1 if verdict.failed or partial or incomplete else 0
 
 
 def durations(report_paths: Sequence[str], output: str) -> int:
@@ -253,8 +258,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="Markdown instead of text")
     p = sub.add_parser("gate", help="the baseline gate applied once to a whole run's report (the merged report of "
                                     "CI shards): exit status 1 on new failures, new non-core ops, errors, stale "
-                                    "entries or a partial report, 4 when the report or the baseline is missing or "
-                                    "malformed")
+                                    "entries, a partial report or one of a run that had collection errors or stopped "
+                                    "early, 4 when the report or the baseline is missing or malformed")
     p.add_argument("report", help="the report (python -m pytest_export merge of the shards' reports), or the "
                                    ".jsonl case lines of a run stopped before it wrote its report (partial)")
     p.add_argument("--baseline", required=True, metavar="PATH",

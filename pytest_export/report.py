@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
 
 from . import summary
-from .scope import Scope
+from .scope import FROM_OUTSIDE, Scope
 from .util import plural
 
 if TYPE_CHECKING:
@@ -335,7 +335,9 @@ def partial_text(report: Mapping[str, Any], name: str | None = None) -> str | No
         return None
     scope = Scope.from_json(report["scope"]) if isinstance(report.get("scope"), dict) else Scope()
     missing = ", ".join(str(g) for g in scope.missing_groups)
-    why = ("the run was interrupted (Ctrl-C or SIGTERM)" if report.get("interrupted") else
+    stop = scope.stopped if scope.stopped != FROM_OUTSIDE else None  # a report of 0.1 called any stop that (#32)
+    why = (f"the run stopped early ({stop})" if report.get("interrupted") and stop else
+           "the run was interrupted (Ctrl-C or SIGTERM)" if report.get("interrupted") else
            f"no finished report of pytest-split group {missing} of {scope.split['splits']}" if missing else
            "the run did not finish")
     text = f"partial report: {f'{name}: ' if name else ''}{why}; {plural(len(report['cases']), 'case')} recorded"

@@ -22,8 +22,12 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Sequence
 
+from .util import plural
+
 INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED: Ctrl-C, SIGTERM, collection errors, pytest.exit()
 NO_TESTS_COLLECTED = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
+FROM_OUTSIDE = "interrupted (Ctrl-C, SIGTERM)"  # ``stopped`` of a run stopped from outside (or by pytest.exit)
+DURING_COLLECTION = "during collection"  # in ``stopped`` of a run pytest stopped at a collection error
 _CALL = re.compile(r"#\d+$")  # a second export_check call of a test: ``t.py::test#2``
 
 
@@ -96,6 +100,18 @@ class Scope:
         if not any(d in ("", ".") or path == d or path.startswith(d.rstrip("/") + "/") for d in whole):
             return False
         return not self.left_out(nodeid)
+
+    def incomplete(self) -> str | None:
+        """Why a gate on the report of this run must fail whatever its cases say (#32), or None: files pytest could
+        not collect (the run fails on them, also under xdist or with --continue-on-collection-errors), or a stop
+        before it ran every case it selected (-x, --maxfail). A stop from outside is said by the partial line."""
+        if self.errors:
+            them = "its cases" if len(self.errors) == 1 else "their cases"
+            return (f"{plural(len(self.errors), 'collection error')}: pytest could not collect "
+                    f"{', '.join(self.errors)} (an import error?), so {them} did not run, and the run failed on it")
+        if self.stopped and self.stopped != FROM_OUTSIDE:
+            return f"the run stopped early ({self.stopped}): it did not run every case it selected"
+        return None
 
     def xfail_of(self, nodeid: str) -> dict[str, bool] | None:
         """pytest's ``xfail`` mark in force on this case's test, as the run evaluated it, or None."""
@@ -262,10 +278,16 @@ def stopped_of(session: Any, errors: Collection[str]) -> str | None:
     if why:
         return why if isinstance(why, str) else "the run was stopped early"
     if errors and not session.config.option.continue_on_collection_errors:
-        return f"{len(errors)} error{'s' if len(errors) != 1 else ''} during collection"
+        return f"{plural(len(errors), 'error')} {DURING_COLLECTION}: {', '.join(sorted(errors))}"
     if int(session.exitstatus) == INTERRUPTED:
-        return "interrupted (Ctrl-C, SIGTERM)"
+        return FROM_OUTSIDE
     return None
+
+
+def interrupted(scope: Scope, exitstatus: int) -> bool:
+    """Whether the run was stopped from outside (Ctrl-C, SIGTERM, pytest.exit): pytest's exit status 2, which it
+    also gives a run it stopped itself at a collection error (#32: that one is no interruption)."""
+    return int(exitstatus) == INTERRUPTED and not (scope.errors and DURING_COLLECTION in (scope.stopped or ""))
 
 
 def empty_shard(scope: Scope, exitstatus: int) -> str | None:
@@ -294,4 +316,5 @@ def xfail_mark(item: Any) -> dict[str, bool] | None:
     return {"strict": bool(xfailed.strict), **({"raises": True} if xfailed.raises is not None else {})}
 
 
-__all__ = ["Scope", "Recorder", "folders_of", "split_of", "stopped_of", "empty_shard", "xfail_mark", "test_id"]
+__all__ = ["Scope", "Recorder", "folders_of", "split_of", "stopped_of", "interrupted", "empty_shard", "xfail_mark",
+           "test_id", "FROM_OUTSIDE"]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from . import settings
-from .scope import Recorder, empty_shard, folders_of, split_of, stopped_of
+from .scope import Recorder, empty_shard, folders_of, interrupted, split_of, stopped_of
 
 if TYPE_CHECKING:  # imported where used: a run without --export-check loads none of them
     from .case import Case
@@ -355,7 +355,7 @@ class ExportSession:
         if empty:  # pytest-split left this group empty: nothing to check here, and no failure (#24)
             session.exitstatus = pytest.ExitCode.OK
             self.notes.append(empty)
-        stopped = session.exitstatus == pytest.ExitCode.INTERRUPTED  # Ctrl-C, SIGTERM
+        stopped = interrupted(scope, session.exitstatus)  # Ctrl-C, SIGTERM; no collection error (#32)
         report.write_session(self.options, cases, data, self.torch_version(), self.baseline_messages,
                              unfinished=(self.lines.unfinished(self.cases) if self.lines else []) if stopped else None,
                              scope=scope.to_json())

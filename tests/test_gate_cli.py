@@ -224,7 +224,7 @@ GONE_LINE = "stale: remove it: t.py::gone [serde]: the case did not run (removed
     ({"skipped": ["t.py::gone"]}, []),  # skipif, importorskip
     ({"skipped": ["t.py"]}, []),  # a module-level importorskip
     ({"ignored": ["t.py"]}, []),  # --ignore, collect_ignore
-    ({"errors": ["t.py"]}, []),  # a file that cannot be imported (--continue-on-collection-errors)
+    ({"errors": ["t.py"]}, []),  # a file that cannot be imported (--continue-on-collection-errors): see below
     ({"folders": None}, []),  # -k, a file, a test id
     ({"folders": ["other"]}, []),  # pytest other/
     ({"split": {"splits": 2, "groups": [1, 2]}}, [GONE_LINE]),  # the merged shards: the whole run
@@ -232,7 +232,27 @@ GONE_LINE = "stale: remove it: t.py::gone [serde]: the case did not run (removed
 def test_the_reports_scope_says_which_absent_case_is_gone(tmp_path, capsys, scope, lines):
     write(tmp_path, [case("t.py::ok", export="passed")], GONE, scope=scope)
     rc, out, _ = gate(tmp_path, capsys)
-    assert rc == (1 if lines else 0) and [x for x in out if x.startswith("stale")] == lines, out
+    assert rc == (1 if lines or "errors" in scope else 0) and [x for x in out if x.startswith("stale")] == lines, out
+
+
+@pytest.mark.parametrize("scope, line, found", [
+    # xdist runs the tests after a collection error; pytest exits 1, and so must the gate (#32)
+    ({"errors": ["tests/test_b.py"], "stopped": "1 error during collection: tests/test_b.py"},
+     "incomplete run: {report}: 1 collection error: pytest could not collect tests/test_b.py (an import error?), so "
+     "its cases did not run, and the run failed on it", "1 collection error"),
+    ({"errors": ["tests/test_b.py", "tests/test_c.py"]},  # --continue-on-collection-errors: it still exits 1
+     "incomplete run: {report}: 2 collection errors: pytest could not collect tests/test_b.py, tests/test_c.py (an "
+     "import error?), so their cases did not run, and the run failed on it", "2 collection errors"),
+    ({"stopped": "stopping after 1 failures"},  # -x, --maxfail
+     "incomplete run: {report}: the run stopped early (stopping after 1 failures): it did not run every case it "
+     "selected", "the run stopped early"),
+])
+def test_a_run_that_did_not_collect_or_run_everything_never_passes(tmp_path, capsys, scope, line, found):
+    write(tmp_path, [case("t.py::ok", export="passed")], {}, scope=scope)
+    rc, out, _ = gate(tmp_path, capsys)
+    report = tmp_path / "report.json"
+    assert rc == 1 and out[0] == line.format(report=report), out
+    assert out[-1] == f"gate failed: {found}; 1 case of {report} against the baseline {tmp_path / 'baseline.json'}"
 
 
 def test_a_merge_short_of_a_shard_is_partial(tmp_path, capsys):

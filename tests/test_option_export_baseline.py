@@ -189,7 +189,7 @@ PLANTED = json.dumps({"version": 2, "failures": {"test_cases.py::test_ok": {"com
 
 
 @pytest.mark.parametrize("how, args, why", [
-    ("a collection error", (), "1 error during collection"),
+    ("a collection error", (), "1 error during collection: test_broken.py"),
     ("-x", ("-x",), "stopping after 1 failures"),
     ("--maxfail", ("--maxfail", "1"), "stopping after 1 failures"),
     ("Ctrl-C", (), "interrupted (Ctrl-C, SIGTERM)"),

@@ -159,6 +159,30 @@ def test_pytests_own_xfail_mark_is_applied_as_pytest_applies_it(pytester, capsys
                                                         "passes, and its @pytest.mark.xfail is strict"]), out
 
 
+# ---- a file that cannot be imported fails both gates (#32) ---------------------------------------------------------
+
+@pytest.mark.parametrize("xdist", [(), pytest.param(("-n", "2"), marks=pytest.mark.slow)], ids=["serial", "xdist"])
+def test_a_collection_error_fails_the_gate_on_the_report_as_it_fails_the_run(pytester, capsys, xdist):
+    """Serially pytest stops at the error (exit status 2), under xdist it runs the tests anyway (1): either way the
+    run failed, and python -m pytest_export gate on its report fails, naming the file, not an interruption."""
+    write_cases(pytester, CASES)
+    pytester.makepyfile(test_broken="import no_such_module_here\n")
+    write_baseline(pytester, {})
+    r = run(pytester, *xdist, subprocess=bool(xdist))
+    assert r.ret == (1 if xdist else 2), r.stdout.str()
+    report = json.loads((pytester.path / "report.json").read_text())
+    assert not report["interrupted"] and not report["partial"], report  # pytest stopped it, nobody from outside
+    assert report["scope"]["stopped"] == "1 error during collection: test_broken.py"
+    for name in ("report.json",):
+        capsys.readouterr()
+        rc = main(["gate", str(pytester.path / name), "--baseline", str(pytester.path / "baseline.json")])
+        out = capsys.readouterr().out
+        assert rc == 1, out
+        assert (f"incomplete run: {pytester.path / name}: 1 collection error: pytest could not collect test_broken.py"
+                in out), out
+        assert "Ctrl-C" not in out and "gate failed: 1 collection error;" in out, out
+
+
 # ---- the model, in plain Python ---------------------------------------------------------------------------------
 
 def test_covers_reads_every_way_a_case_is_left_out():
