@@ -31,8 +31,8 @@ READABLE_VERSIONS = (1, 2)
 # recorded now (errors are never expected); a legacy entry is stale once the case runs without error, and
 # --export-baseline-update drops it.
 CASE_STAGE = "case"
-BASELINED = ("failed",)
-NON_CORE = "non_core"  # ``confirmed``'s name for the decomposition's list of non-core ops  # `error` means undecided, not wrong: it is never a known failure
+BASELINED = ("failed",)  # `error` means undecided, not wrong: it is never a known failure
+NON_CORE = "non_core"  # ``confirmed``'s name for the decomposition's list of non-core ops
 SIGNATURE_LIMIT = 120
 
 Entry = dict[str, str]  # {"reason": str, "signature": str}; no "signature": matches any failure of the stage
