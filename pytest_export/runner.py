@@ -105,8 +105,8 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
                 if options.timeout and not enforced and not _TIMEOUT_WARNED:
                     _TIMEOUT_WARNED.append(nodeid)
                     ctx.result.warnings.append(
-                        f"--export-timeout {options.timeout:g} s is not enforced here (it needs SIGALRM and the "
-                        "main thread); cases run without a time limit")
+                        f"--export-timeout {options.timeout:g} s is not enforced here (it needs SIGALRM on the "
+                        "main thread, CPython's asynchronous exceptions elsewhere); cases run without a time limit")
                 for stage in stages:
                     current = stage
                     if progress is not None:

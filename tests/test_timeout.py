@@ -4,11 +4,13 @@ that ends first stays in charge, and an inner block never lengthens the enclosin
 from __future__ import annotations
 
 import signal
+import threading
 import time
 
 import pytest
 
-from pytest_export.timeout import CaseTimeout, Expired, supported, time_limit
+from pytest_export.timeout import CaseTimeout, Expired, in_thread, supported, time_limit
+from tests.helpers import run_check, write_cases
 
 pytestmark = pytest.mark.skipif(not supported(), reason="time limits need SIGALRM and the main thread")
 
@@ -99,3 +101,132 @@ def test_no_limit_and_a_zero_limit_are_not_enforced():
         with time_limit(seconds, error=Expired) as enforced:
             assert not enforced
             assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+# ---- off the main thread, a watchdog enforces a limit; a case's thread never outlives it (issue #32) ----------
+
+def _in_a_thread(work):
+    """Run ``work`` on a thread of its own; return what it returned or raised."""
+    out: list = []
+
+    def target():
+        try:
+            out.append(work())
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            out.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "a limit off the main thread did not fire"
+    return out[0]
+
+
+def test_a_limit_off_the_main_thread_is_enforced_by_a_watchdog():
+    def work():
+        t0 = time.monotonic()
+        try:
+            with time_limit(0.3, error=Expired) as enforced:
+                assert enforced
+                _wait(5)
+        except Expired as exc:
+            return exc, time.monotonic() - t0
+        return None
+
+    got = _in_a_thread(work)
+    assert got is not None, "the limit was silently off"
+    exc, took = got
+    assert isinstance(exc, Expired) and "exceeded the time limit of 0.3 s" in str(exc)
+    assert 0.25 <= took < 2.0
+
+
+def test_off_the_main_thread_limits_nest_as_alarms_do():
+    def work():
+        t0 = time.monotonic()
+        with pytest.raises(CaseTimeout, match="0.4 s"):  # the enclosing limit ends first: its exception
+            with time_limit(0.4):
+                with time_limit(5, error=Expired):
+                    _wait(3)
+        outer = time.monotonic() - t0
+        with time_limit(3):
+            with pytest.raises(Expired):
+                with time_limit(0.2, error=Expired):
+                    _wait(3)
+            _wait(0.3)  # the outer limit goes on, and a finished inner one leaves nothing pending
+        return outer
+
+    got = _in_a_thread(work)
+    assert not isinstance(got, BaseException), got
+    assert 0.35 <= got < 2.0
+
+
+def test_work_on_a_thread_of_its_own_stops_when_the_case_does():
+    calls: list[float] = []
+
+    def work():
+        while True:
+            calls.append(time.monotonic())
+            time.sleep(0.02)
+
+    t0 = time.monotonic()
+    with pytest.raises(CaseTimeout, match="0.5 s"):
+        with time_limit(0.5):
+            in_thread(work, name="work")
+    assert time.monotonic() - t0 < 3
+    n = len(calls)
+    time.sleep(0.3)
+    assert len(calls) == n, "the thread kept working after its caller left"
+    assert not any(t.name == "work" for t in threading.enumerate())
+
+
+def test_work_that_outlives_its_grace_is_said():
+    said: list[str] = []
+    release = threading.Event()
+
+    def stuck():
+        release.wait(5)  # one long call: an asynchronous exception waits for it to return
+
+    with pytest.raises(CaseTimeout):
+        with time_limit(0.3):
+            in_thread(stuck, name="stuck", grace=0.3, left=said.append)
+    release.set()
+    assert said and "'stuck' was still running 0.3 s after it was told to stop" in said[0]
+
+
+GIVEN_SLOW = '''
+import threading, time
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+CALLS = []
+
+class Slow(torch.nn.Module):
+    def forward(self, x):
+        if threading.current_thread() is not threading.main_thread():  # fuzz's search, on its own thread
+            CALLS.append(1)
+            time.sleep(0.05)
+        return x * 2
+
+@settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.just(0))
+def test_given(export_check, _):
+    t0 = time.monotonic()
+    res = export_check(Slow(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("b", min=2, max=64)}},
+                       timeout=4, examples=500, budget=600, raise_on_failure=False)
+    assert time.monotonic() - t0 < 15
+    assert res.stages["fuzz"].status == "error", res.failure_text()
+    assert "timed out: the case exceeded the time limit of 4 s" in res.stages["fuzz"].message
+    assert CALLS, "the search never ran on its thread"
+
+def test_after():
+    n = len(CALLS)
+    time.sleep(1.0)
+    assert len(CALLS) == n, f"the model was called {len(CALLS) - n} more times after the case ended"
+'''
+
+
+def test_a_search_inside_a_given_test_ends_with_its_case(pytester):
+    # export_check in a @given test: fuzz searches on a thread of its own; when the case's time runs out the
+    # thread stops too, and its probes ran under limits all along
+    write_cases(pytester, GIVEN_SLOW)
+    result, _ = run_check(pytester, "-p", "no:randomly")
+    result.assert_outcomes(passed=2)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 
 import torch
 
@@ -347,21 +348,45 @@ def test_skipping_compare_skips_compare_only(pytester):
     result.assert_outcomes(failed=1)
 
 
-def test_timeout_that_cannot_be_enforced_says_so():
+class _Dawdles(torch.nn.Module):
+    def forward(self, x):
+        for _ in range(250):  # 5 s in short sleeps: a limit stops it between two
+            time.sleep(0.02)
+        return x + 1
+
+
+def _on_a_thread(module, **keywords):
     out: list = []
 
     def run():
-        out.append(pytest_export.check(torch.nn.ReLU(), (torch.ones(2),), name="t.py::test_thread", timeout=30,
-                                       examples=1))
+        out.append(pytest_export.check(module, (torch.ones(2),), name="t.py::test_thread", **keywords))
 
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    (res,) = out
+    return res
+
+
+def test_timeout_that_cannot_be_enforced_says_so(monkeypatch):
+    from pytest_export import runner, timeout
+
+    monkeypatch.setattr(timeout, "_async_exc", lambda: None)  # neither SIGALRM (not the main thread) nor a watchdog
+    runner._TIMEOUT_WARNED.clear()
+    res = _on_a_thread(torch.nn.ReLU(), timeout=30, examples=1)
+    assert any("--export-timeout 30 s is not enforced here" in w for w in res.warnings), res.warnings
+
+
+def test_a_timeout_off_the_main_thread_is_enforced():
+    # off the main thread a watchdog enforces the case's limit (#32): a case that runs too long is stopped there
     from pytest_export import runner
 
     runner._TIMEOUT_WARNED.clear()
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    (res,) = out
-    assert any("--export-timeout 30 s is not enforced here" in w for w in res.warnings), res.warnings
+    t0 = time.monotonic()
+    res = _on_a_thread(_Dawdles(), timeout=1, examples=1)
+    assert time.monotonic() - t0 < 4
+    assert res.stages["eager"].status == "error" and "timed out" in res.stages["eager"].message, res.failure_text()
+    assert not any("not enforced" in w for w in res.warnings), res.warnings
 
 
 def test_a_timed_out_stage_reports_the_time_it_ran(pytester):
