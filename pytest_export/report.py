@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
 
 from . import summary
-from .scope import FROM_OUTSIDE, Scope
+from .scope import FROM_OUTSIDE, Scope, test_id
 from .util import plural
 
 if TYPE_CHECKING:
@@ -194,9 +194,10 @@ def lines_path(report_path: str | os.PathLike) -> Path:
 class CaseLines:
     """The run's results as they come, one JSON object a line (as pytest-reportlog writes its reports): a
     ``session-start`` header, then ``case-start``, ``case`` (the report's case dict) and ``case-end`` (the test's
-    ``duration``) per case, and ``session-finish`` at the end. Each line is flushed as it is written, so a run
-    killed hard (SIGKILL, a CI job's timeout) leaves every case that finished; ``read_lines`` makes a report of
-    them. A write that fails (a full disk) stops the lines, never the run: ``problem`` says why."""
+    ``duration``) per case, and ``scope`` (what the run covered, #32) and ``session-finish`` at the end. Each line
+    is flushed as it is written, so a run killed hard (SIGKILL, a CI job's timeout) leaves every case that
+    finished; ``read_lines`` makes a report of them. A write that fails (a full disk) stops the lines, never the
+    run: ``problem`` says why."""
 
     def __init__(self, path: str | os.PathLike, header: Mapping[str, Any]):
         self.path = Path(path)
@@ -241,8 +242,17 @@ class CaseLines:
         """The tests that started and neither ended nor reported a case."""
         return [n for n in self.running if n not in cases]
 
-    def close(self, **finish: Any) -> None:
-        """``finish``: the ``session-finish`` line's fields (none: close without one, as a killed run does)."""
+    def case(self, case: dict[str, Any], marks: Mapping[str, dict[str, bool]]) -> None:
+        """A case's line, with pytest's xfail mark on its test (``marks``: by test id) where one is in force: the
+        lines of a run stopped before its scope line still apply it (#32)."""
+        mark = marks.get(test_id(case["nodeid"]))
+        self.write("case", case=case, **({"xfail": dict(mark)} if mark else {}))
+
+    def close(self, scope: Scope | None = None, **finish: Any) -> None:
+        """``finish``: the ``session-finish`` line's fields (none: close without one, as a killed run does), after a
+        ``scope`` line with what the run covered (its report's ``scope``, #32)."""
+        if scope is not None:
+            self.write("scope", scope=scope.to_json())
         if finish:
             self.write("session-finish", **finish)
         if self._fh is not None:
@@ -267,11 +277,14 @@ def torch_version_unimported() -> str | None:
 def read_lines(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
     """The report that a run's case lines make, and notes on the lines skipped (a line cut off mid-write by a
     killed run): ``partial`` unless the run wrote its ``session-finish`` line and was not interrupted, with the
-    cases that were running when it stopped as ``unfinished``. ValueError where the file is not case lines."""
+    cases that were running when it stopped as ``unfinished``, and the run's ``scope`` from its ``scope`` line (or,
+    where it has none, the cases' xfail marks: nothing is gone). ValueError where the file is not case lines."""
     with open(path, encoding="utf-8", errors="replace") as fh:
         raw = fh.read().split("\n")
     header: dict[str, Any] | None = None
     finish: dict[str, Any] | None = None
+    scope: dict[str, Any] | None = None
+    marks: dict[str, dict[str, bool]] = {}
     cases: dict[str, dict[str, Any]] = {}
     started: dict[str, None] = {}
     ended: dict[str, Any] = {}
@@ -288,7 +301,8 @@ def read_lines(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
         if header is None and kind != "session-start":
             break
         case = record.get("case") if kind == "case" else None
-        if kind == "case" and case_problem(case):
+        if (kind == "case" and (case_problem(case) or not isinstance(record.get("xfail", {}), dict))
+                or kind == "scope" and _scope_problem(record.get("scope"))):
             kind = None
         if kind is None or (kind in ("case-start", "case-end") and not isinstance(record.get("nodeid"), str)):
             cut = " (the last line, cut off: the run was killed while writing it)" if i == last else ""
@@ -297,6 +311,10 @@ def read_lines(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
             header = record
         elif kind == "case":
             cases[case["nodeid"]] = case
+            if record.get("xfail"):
+                marks[test_id(case["nodeid"])] = record["xfail"]
+        elif kind == "scope":
+            scope = record["scope"]
         elif kind == "case-start":
             started[record["nodeid"]] = None
         elif kind == "case-end":
@@ -310,14 +328,25 @@ def read_lines(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
         if nodeid in cases and isinstance(seconds, (int, float)):
             cases[nodeid]["duration"] = seconds
     interrupted = bool(finish.get("interrupted")) if finish else None
+    if scope is None and marks:  # a run stopped before its scope line: its cases' xfail marks, and nothing is gone
+        scope = Scope(folders=None, xfail=marks).to_json()
     data = build_report(list(cases.values()), header.get("torch"), partial=finish is None or bool(interrupted),
-                        coverage=summary.coverage_summary(list(cases.values()), None))
+                        coverage=summary.coverage_summary(list(cases.values()), None),
+                        **({"scope": scope} if scope is not None else {}))
     if interrupted is not None:
         data["interrupted"] = interrupted
     unfinished = [n for n in started if n not in ended and n not in cases]
     if data["partial"] and unfinished:
         data["unfinished"] = unfinished
     return data, notes
+
+
+def _scope_problem(data: Any) -> str | None:
+    try:
+        Scope.from_json(data)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def load_report(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:

@@ -210,7 +210,7 @@ class ExportSession:
         """A case's result: kept for the report and, on the controller, written to the case lines at once."""
         self.cases[case["nodeid"]] = case
         if self.lines is not None:
-            self.lines.write("case", case=case)
+            self.lines.case(case, self.recorder.xfail)  # with its test's xfail mark, as scope.xfail has it (#32)
 
     # ---- the run's scope (issue #24): what pytest selected, left out, skipped and marked xfail -----------
     @pytest.hookimpl
@@ -360,7 +360,7 @@ class ExportSession:
                              unfinished=(self.lines.unfinished(self.cases) if self.lines else []) if stopped else None,
                              scope=scope.to_json())
         if self.lines is not None:
-            self.lines.close(exitstatus=int(session.exitstatus), interrupted=stopped, cases=len(cases))
+            self.lines.close(scope, exitstatus=int(session.exitstatus), interrupted=stopped, cases=len(cases))
 
     def torch_version(self) -> str | None:
         if self.session_data.get("torch"):

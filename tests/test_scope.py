@@ -173,7 +173,7 @@ def test_a_collection_error_fails_the_gate_on_the_report_as_it_fails_the_run(pyt
     report = json.loads((pytester.path / "report.json").read_text())
     assert not report["interrupted"] and not report["partial"], report  # pytest stopped it, nobody from outside
     assert report["scope"]["stopped"] == "1 error during collection: test_broken.py"
-    for name in ("report.json",):
+    for name in ("report.json", "report.jsonl"):
         capsys.readouterr()
         rc = main(["gate", str(pytester.path / name), "--baseline", str(pytester.path / "baseline.json")])
         out = capsys.readouterr().out
@@ -181,6 +181,34 @@ def test_a_collection_error_fails_the_gate_on_the_report_as_it_fails_the_run(pyt
         assert (f"incomplete run: {pytester.path / name}: 1 collection error: pytest could not collect test_broken.py"
                 in out), out
         assert "Ctrl-C" not in out and "gate failed: 1 collection error;" in out, out
+
+
+# ---- the case lines carry what the gate needs (#32) -------------------------------------------------------------
+
+def test_gate_on_the_case_lines_of_a_finished_run_is_gate_on_its_report(pytester, capsys, monkeypatch):
+    """A -k-deselected baseline entry is not stale and a case under @pytest.mark.xfail is no new failure, from the
+    .jsonl as from the .json; the lines of a run that did not finish stay partial and never pass."""
+    monkeypatch.delenv("STRICT", raising=False)
+    write_cases(pytester, "import os\n" + XFAIL_MARKED)
+    write_baseline(pytester, {"test_cases.py::test_ok": {"compare": {"reason": "deselected by -k"}}})
+    r = run(pytester, "-k", "not test_ok")
+    assert r.ret == 0, r.stdout.str()
+
+    def gate_on(name):
+        capsys.readouterr()
+        rc = main(["gate", str(pytester.path / name), "--baseline", str(pytester.path / "baseline.json")])
+        return rc, capsys.readouterr().out.replace(name, "REPORT").splitlines()
+
+    rc, out = gate_on("report.json")
+    assert rc == 0 and "xfailed by @pytest.mark.xfail: test_cases.py::test_marked: new failure in compare" in out, out
+    assert gate_on("report.jsonl") == (rc, out)
+    lines = (pytester.path / "report.jsonl").read_text().splitlines()
+    assert [json.loads(line)["kind"] for line in lines[-2:]] == ["scope", "session-finish"]
+    (pytester.path / "report.jsonl").write_text("\n".join(lines[:-2]) + "\n")  # killed before its end
+    rc, out = gate_on("report.jsonl")
+    assert rc == 1 and out[0].startswith("partial report: ") and out[-1].startswith("gate failed: the report is "
+                                                                                   "partial"), out
+    assert "xfailed by @pytest.mark.xfail: test_cases.py::test_marked: new failure in compare" in out, out
 
 
 # ---- the model, in plain Python ---------------------------------------------------------------------------------
