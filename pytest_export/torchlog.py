@@ -8,7 +8,9 @@ program loads fine. The record is repaired (its text kept) and the defect noted 
 
 ``captured_torch_output`` (issue #26) keeps what torch prints while a case runs out of the user's terminal and in
 the case's report (``torch_output``): warnings attributed to torch, the standard library or the harness (never the
-model's own code), records of torch's loggers at WARNING and above, and whatever is written to ``sys.stderr``.
+model's own code), records of torch's loggers at WARNING and above, and what torch's own code writes to
+``sys.stderr``. The model's own output (its prints to stdout or stderr) is the model's: it reaches pytest's capture,
+and the terminal under ``-s`` (issue #32).
 """
 
 from __future__ import annotations
@@ -135,15 +137,19 @@ class _Sink:
 
 
 class _StderrLines(io.TextIOBase):
-    """``sys.stderr`` while a case runs: its text goes to the sink, line by line."""
+    """``sys.stderr`` while a case runs: what torch's own code writes goes to the sink, line by line; any other
+    write (the model's ``print(..., file=sys.stderr)``, a library's) to the stream it would have reached
+    (``Origins.torch_writes``)."""
 
-    def __init__(self, sink: _Sink, real: Any):
-        self.sink, self.real, self.partial = sink, real, ""
+    def __init__(self, sink: _Sink, real: Any, origins: "Origins"):
+        self.sink, self.real, self.origins, self.partial = sink, real, origins, ""
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
+        if not self.origins.torch_writes(sys._getframe(1)):
+            return self.real.write(text)
         head, sep, self.partial = (self.partial + str(text)).rpartition("\n")
         if sep:
             self.sink.add(head)
@@ -192,7 +198,9 @@ class Origins:
 
         paths = sysconfig.get_paths()
         self.torch = folders(os.path.dirname(torch.__file__))[0]
-        self.own = folders(self.torch, os.path.dirname(__file__))
+        self.harness = folders(os.path.dirname(__file__))[0]
+        self.own = (self.torch, self.harness)
+        self.paths: dict[str, str] = {}  # a frame's file, resolved once
         self.stdlib = folders(paths["stdlib"], paths["platstdlib"])
         self.libraries = folders(paths["purelib"], paths["platlib"],
                                  *(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))))
@@ -211,6 +219,25 @@ class Origins:
             return True
         return path.startswith(self.stdlib) and not path.startswith(self.libraries)
 
+    def torch_writes(self, frame: Any) -> bool:
+        """Whether a write to ``sys.stderr`` made from ``frame`` is torch's: the nearest calling frame outside the
+        standard library and the harness (its stream wrappers) is in torch. ``print`` from the model's code, or a
+        traceback the model prints, is the model's; a library's (tqdm, transformers) is the library's."""
+        for _ in range(64):
+            if frame is None:
+                return False
+            name = frame.f_code.co_filename
+            path = self.paths.get(name)
+            if path is None:
+                path = self.paths[name] = name if name.startswith("<") else os.path.realpath(name)
+            if path.startswith(self.torch):
+                return True
+            in_stdlib = path.startswith(self.stdlib) and not path.startswith(self.libraries)
+            if not (in_stdlib or path.startswith(self.harness) or path.startswith("<frozen ")):
+                return False
+            frame = frame.f_back
+        return False
+
     def short(self, filename: str) -> str:
         path = os.path.realpath(filename)
         if path.startswith(self.torch):
@@ -222,8 +249,8 @@ class Origins:
 def captured_torch_output(info: dict[str, Any]) -> Iterator[None]:
     """While a case runs, torch's output goes to ``info["torch_output"]`` (short distinct lines, at most
     ``MAX_LINES`` / ``MAX_CHARS``, what was left out counted): its warnings, its loggers' records at WARNING and
-    above, and ``sys.stderr``. Any other warning (the model's, a library's) passes to pytest unchanged. Enters
-    ``quiet_trace_logs`` too."""
+    above, and what its code writes to ``sys.stderr``. Any other warning or write (the model's, a library's) passes
+    to pytest unchanged. Enters ``quiet_trace_logs`` too."""
     sink, real = _Sink(), sys.stderr
     origins = Origins()
     records = _TorchRecords(sink)
@@ -231,7 +258,7 @@ def captured_torch_output(info: dict[str, Any]) -> Iterator[None]:
     loggers = [logging.getLogger(n) for n, lg in list(manager.loggerDict.items())
                if isinstance(lg, logging.Logger) and (n == "torch" or n.startswith("torch."))]
     handlers = {id(h): h for lg in loggers for h in lg.handlers}.values()
-    stderr = _StderrLines(sink, real)
+    stderr = _StderrLines(sink, real, origins)
     with warnings.catch_warnings():
         warnings.filterwarnings("default", module=r"torch(\.|$)")  # torch's own warnings never error in the harness
         shown = warnings.showwarning

@@ -176,11 +176,16 @@ class Seen(logging.Handler):
 logging.getLogger("torch._dynamo").addHandler(Seen())
 
 
+# code that runs as torch's own: its frame is in a file of torch
+exec(compile("def torch_prints(text):\\n    print(text, file=sys.stderr)\\n", torch.__file__, "exec"))
+
+
 class Noisy(torch.nn.Module):
     def forward(self, x):
         logging.getLogger("torch._dynamo").warning("a torch W record at %d", 7)
         warnings.warn_explicit("torch's own deprecation", FutureWarning, torch.__file__, 1)
-        print("a line on stderr", file=sys.stderr)
+        torch_prints("a line torch wrote on stderr")
+        print("the model's line on stderr", file=sys.stderr)
         warnings.warn("the model's own warning")
         return x + 1
 
@@ -202,29 +207,38 @@ def test_torch_output_is_in_the_report_not_the_terminal(pytester):
     out = result.stdout.str()
     torch_output = cases_by_name(data)["test_noisy"]["torch_output"]
     assert "WARNING torch._dynamo: a torch W record at 7" in torch_output
-    assert "a line on stderr" in torch_output
+    assert "a line torch wrote on stderr" in torch_output
     assert any(line.startswith("FutureWarning: torch's own deprecation (torch/__init__.py:1)") for line in torch_output)
-    for text in ("torch W record", "a line on stderr", "torch's own deprecation", "LeafSpec"):
+    for text in ("torch W record", "a line torch wrote on stderr", "torch's own deprecation", "LeafSpec"):
         assert text not in out, text
+    # the model's own print is the model's: in its test's captured stderr (-rP shows it), not in torch_output (#32)
+    assert not any("the model's line" in line for line in torch_output)
+    assert "the model's line on stderr" in out
     # the model's own warning is the model's: it reaches pytest's summary, from the model's line
     assert "test_cases.py:" in out and "UserWarning: the model's own warning" in out
     assert len(data["cases"]) == 1 and len(torch_output) <= 51
 
 
-def test_capture_caps_and_dedups_and_passes_other_warnings_through():
+def test_capture_caps_and_dedups_and_passes_other_warnings_through(capsys):
     import sys
 
+    import torch
+
+    space: dict = {"sys": sys}
+    exec(compile("def torch_prints(text):\n    print(text, file=sys.stderr)\n", torch.__file__, "exec"), space)
     info: dict = {}
     with warnings.catch_warnings(record=True) as log:
         warnings.simplefilter("always")
         with captured_torch_output(info):
             for i in range(200):
-                print(f"line {i % 120}", file=sys.stderr)
+                space["torch_prints"](f"line {i % 120}")
+            print("the test's own line", file=sys.stderr)
             warnings.warn("not torch's", UserWarning)
     assert [str(w.message) for w in log] == ["not torch's"] and log[0].filename == __file__
     lines = info["torch_output"]
     assert lines[:2] == ["line 0", "line 1"] and len(lines) == 51
     assert lines[-1] == "... and 70 more lines (not kept)"
+    assert capsys.readouterr().err == "the test's own line\n"  # not torch's: where it would have gone (#32)
 
 
 def test_origins_rule():
@@ -237,3 +251,44 @@ def test_origins_rule():
     assert not o.is_torchs(UserWarning, __file__)  # the model's own code
     assert not o.is_torchs(UserWarning, pytest.__file__)  # a library in site-packages
     assert not o.is_torchs(pytest.PytestWarning, torch.__file__)
+
+
+# ---- the model's own output is the model's (issue #32) ----------------------------------------------------
+
+LOUD = '''
+import sys, warnings
+
+class Loud(torch.nn.Module):
+    def forward(self, x):
+        print("MODEL SAYS HI on stdout")
+        print("MODEL SAYS HI on stderr", file=sys.stderr)
+        warnings.warn_explicit("torch's own note", FutureWarning, torch.__file__, 1)
+        return x * 2 if torch.compiler.is_exporting() else x * 2 + 1  # compare fails: the test fails
+
+
+@pytest.mark.exportable(examples=0)
+def test_loud():
+    return Loud(), (torch.ones(3),)
+'''
+
+
+def test_the_models_prints_reach_pytest_and_torchs_warning_the_report(pytester):
+    write_cases(pytester, LOUD)
+    result, data = run_check(pytester, "-p", "no:randomly")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    # pytest's captured output of the failing test shows both lines, each in its section
+    assert "Captured stdout call" in out and "MODEL SAYS HI on stdout" in out
+    assert "Captured stderr call" in out and "MODEL SAYS HI on stderr" in out
+    torch_output = cases_by_name(data)["test_loud"]["torch_output"]
+    assert not any("MODEL SAYS HI" in line for line in torch_output), torch_output
+    assert any(line.startswith("FutureWarning: torch's own note") for line in torch_output), torch_output
+
+
+def test_the_models_prints_reach_the_terminal_with_s(pytester):
+    write_cases(pytester, LOUD)
+    result, data = run_check(pytester, "-p", "no:randomly", "-s")
+    result.assert_outcomes(failed=1)
+    assert "MODEL SAYS HI on stdout" in result.stdout.str()
+    assert "MODEL SAYS HI on stderr" in result.stderr.str()
+    assert not any("MODEL SAYS HI" in line for line in cases_by_name(data)["test_loud"]["torch_output"])
