@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from . import baseline as bl
 from .results import BAD, XFAILED, CaseResult
 from .scope import Scope
-from .verdicts import MARKED, item_verdict
+from .verdicts import MARKED, decided, item_verdict
 
 if TYPE_CHECKING:
     from .options import CaseOptions, SessionOptions
@@ -35,17 +35,21 @@ def judge(result: CaseResult, base: bl.Baseline | None, options: SessionOptions)
     a failed case fails. With one, known failures are expected (xfail); new failures (unlisted, or listed
     with another signature) and new non-core ops fail; entries that now pass are stale (fail, or warn).
     In update mode every failure is being recorded, so no failure fails the item. The verdict is kept in
-    ``result.info["baseline"]`` for the report and the end-of-run messages.
+    ``result.info["baseline"]`` for the report and the end-of-run messages. A case its test decides
+    (``raise_on_failure=False``) is judged for errors only: the baseline neither expects nor records it.
     """
     case = result.to_json()
+    decides = result.info.get("raise_on_failure") is False  # export_check(raise_on_failure=False): its test's (#32)
     verdict: dict[str, Any] = {}
-    if base is not None and not options.baseline_update:
+    if base is not None and not options.baseline_update and not decides:
         verdict = bl.judge(case, base)  # in the report even where an error fails the item
         if verdict:
             result.info["baseline"] = verdict
     errors = bl.errors_of(case)
     if errors:
         return FAIL, error_text(result, errors)
+    if decides:
+        return PASS, ""
     if base is None:
         return (FAIL, result.failure_text()) if result.failed else (PASS, "")
     # a strict XPASS (the marker's xfail= on a stage that passes) is no failure to record: it fails, also in
@@ -230,8 +234,16 @@ def judge_report(base: bl.Baseline, cases: list[dict[str, Any]], options: Sessio
         mark = scope.xfail_of(result.nodeid)
         gated = {FAIL: "failed", XFAIL: "xfailed"}.get(action, "xfailed" if result.outcome == XFAILED else "passed")
         outcome = "xfailed" if gated == "xfailed" else item_outcome(action, mark)  # pytest.xfail ends the test
-        judged[-1].update(item=outcome, verdict=item_verdict(judged[-1], outcome, gated))
-        if outcome == "failed":
+        decides = action != FAIL and case.get("raise_on_failure") is False and case.get("item")
+        if decides:  # export_check(raise_on_failure=False): the case ends as its test did in the run (#32)
+            outcome = case["item"]
+        judged[-1].update(item=outcome, verdict=decided(judged[-1], outcome) if decides else
+                          item_verdict(judged[-1], outcome, gated))
+        if outcome == "failed" and decides:
+            failing.append(result.nodeid)
+            other.append(f"failed: {result.nodeid}: its test failed (export_check(raise_on_failure=False): the test "
+                         "decides)")
+        elif outcome == "failed":
             failing.append(result.nodeid)
             if action != FAIL:  # it passes, and its strict xfail mark wants it to fail
                 other.append(f"failed: {result.nodeid}: XPASS(strict): it passes, and its @pytest.mark.xfail "

@@ -104,12 +104,16 @@ def settle(item: pytest.Item, result: CaseResult, *, act: bool = True,
            at: tuple[str, int] | None = None) -> CaseResult:
     """Judge ``result`` (errors, baseline, xfail), record it for the report, show its warnings (at ``at``, else
     the test's first line) and, with ``act``, fail, xfail or warn the test as the gate says; a case whose failures
-    were all expected xfails."""
+    were all expected xfails. Without ``act`` (``raise_on_failure=False``) the test decides: the case is not gated
+    against the baseline, and counts as its test ends; an error still fails the test (there is nothing to decide)."""
     from .gate import FAIL, WARN, XFAIL, xfailed_text
     from .options import ExportWarning
     from .results import XFAILED
 
+    if not act:  # export_check(raise_on_failure=False): its test decides; the gate keeps only an error (#32)
+        result.info["raise_on_failure"] = False
     action, text = session_of(item.config).gate(result)
+    act = act or action == FAIL
     if act:
         # what pytest reports for this item: the summary's `(case)` row counts the same (#17)
         result.info["item"] = ("failed" if action == FAIL else "xfailed" if action == XFAIL

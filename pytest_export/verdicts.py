@@ -79,6 +79,13 @@ def item_verdict(case: dict[str, Any], item: str, gate: str | None) -> str:
     return FAILED
 
 
+def decided(case: dict[str, Any], item: str) -> str:
+    """The verdict of a case its test decided (``export_check(raise_on_failure=False)``, #32), whose test pytest
+    reported as ``item``: a case that failed is what its test made of it (``passed`` where the test accepted it),
+    one that did not keeps its own (a passing case in a test that failed for another reason is ``passed``)."""
+    return item_verdict(case, item, None) if case.get("outcome") in ("failed", "error") else _from_outcome(case)
+
+
 def _from_outcome(case: dict[str, Any]) -> str:
     """The verdict of a case that records neither verdict nor item: from its outcome and baseline verdict."""
     outcome, verdict = case.get("outcome"), case.get("baseline") or {}
@@ -112,7 +119,7 @@ def settle(cases: list[dict[str, Any]], report: Any) -> None:
 
     The test's outcome is that of its last case the gate settled (an earlier ``export_check`` call passed, or
     the gate would have ended the test there). A case built without stages (a skip, a case that could not be
-    built) is its test's; one its test settled itself (``raise_on_failure=False``) keeps its own verdict."""
+    built) is its test's, and so is one its test decides (``raise_on_failure=False``, ``decided``: #32)."""
     outcome = reported(report)
     settled = [c for c in cases if c.get("item")]
     for case in cases:
@@ -122,6 +129,9 @@ def settle(cases: list[dict[str, Any]], report: Any) -> None:
             gate = case["item"]
             case["item"] = outcome if case is settled[-1] else gate
             case["verdict"] = item_verdict(case, case["item"], gate)
+        elif case.get("raise_on_failure") is False:  # its test decided: it counts as the test ended (#32)
+            case["item"] = outcome
+            case["verdict"] = decided(case, outcome)
         elif len(cases) == 1 and not case.get("stages"):
             case["item"] = outcome
             case["verdict"] = item_verdict(case, outcome, None)
@@ -180,6 +190,6 @@ def stage_column(case: dict[str, Any], stage: str, status: str) -> str | None:
     return FAILED
 
 
-__all__ = ["reported", "item_verdict", "verdict_of", "pytest_outcome_of", "settle", "verdict_text", "head",
+__all__ = ["reported", "item_verdict", "decided", "verdict_of", "pytest_outcome_of", "settle", "verdict_text", "head",
            "failing_label", "bad_stages", "case_column", "stage_column", "MARKED", "ORDER", "FAILING", "PASSED",
            "KNOWN", "NEW", "FAILED", "STALE", "ERROR", "XFAILED", "XPASSED", "SKIPPED"]

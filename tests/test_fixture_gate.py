@@ -136,3 +136,79 @@ def test_two(export_check):
     assert r.ret == 0, r.stdout.str()
     r.assert_outcomes(xfailed=1)
     r.stdout.fnmatch_lines(["XFAIL test_cases.py::test_two - known failure in the baseline: compare (r)"])
+
+
+# ---- raise_on_failure=False: the test decides, and every summary and gate says what it decided (#32) ----------------
+
+DECIDES = SHORTCUT + '''
+def test_decides(export_check):
+    result = export_check(Shortcut(), (torch.ones(3),), raise_on_failure=False)
+    assert result.stages["compare"].status == "failed"  # the test looked at the failure, and accepts it
+    if os.environ.get("REJECT"):
+        pytest.fail("planted: the test does not accept it")
+
+def test_fine(export_check):
+    export_check(torch.nn.ReLU(), (torch.ones(3),))
+'''
+
+
+@pytest.mark.parametrize("reject", [False, True], ids=["accepted", "rejected"])
+def test_a_case_its_test_decides_counts_as_its_test_ends(pytester, capsys, monkeypatch, reject):
+    from pytest_export.__main__ import main
+
+    monkeypatch.delenv("FIXED", raising=False)
+    monkeypatch.delenv("REJECT", raising=False)
+    if reject:
+        monkeypatch.setenv("REJECT", "1")
+    write_cases(pytester, "import os\n" + DECIDES)
+    path = baseline(pytester, {})
+    r = run(pytester, "--export-baseline", path, "--export-report", "report.json")
+    assert r.ret == int(reject), r.stdout.str()
+    r.assert_outcomes(passed=2 - reject, failed=int(reject))
+    out = r.stdout.str()
+    assert "new failure" not in out and "new: " not in out, out
+    head = "2 cases: 1 passed, 1 failing" if reject else "2 cases: 2 passed"
+    assert head in out, out
+    data = json.loads((pytester.path / "report.json").read_text())
+    case = next(c for c in data["cases"] if c["nodeid"].endswith("test_decides"))
+    assert case["raise_on_failure"] is False and "baseline" not in case
+    assert (case["item"], case["verdict"]) == (("failed", "failed") if reject else ("passed", "passed"))
+    # the gate on the report, and on the merged report, ends as the run did
+    assert main(["merge", "-o", str(pytester.path / "merged.json"), str(pytester.path / "report.json")]) == 0
+    for name in ("report.json", "merged.json"):
+        capsys.readouterr()
+        rc = main(["gate", str(pytester.path / name), "--baseline", str(pytester.path / path)])
+        lines = capsys.readouterr().out.splitlines()
+        assert rc == r.ret, lines
+        assert not any(line.startswith("new: ") for line in lines), lines
+        if reject:
+            assert "failed: test_cases.py::test_decides: its test failed (export_check(raise_on_failure=False): the " \
+                   "test decides)" in lines, lines
+    # an update records nothing for it: the baseline is the gate's, and this case is its test's
+    r = run(pytester, "--export-baseline", path, "--export-baseline-update")
+    assert r.ret == int(reject), r.stdout.str()
+    assert json.loads((pytester.path / path).read_text())["failures"] == {}
+
+
+def test_an_error_fails_even_a_test_that_decides(pytester):
+    """The harness could not decide: there is no verdict to hand to the test, so it fails as everywhere."""
+    write_cases(pytester, '''
+class Opaque:
+    __slots__ = ("k",)
+    def __init__(self, k):
+        self.k = k
+
+class ReturnsOpaque(torch.nn.Module):
+    def forward(self, x):
+        return x + 1, Opaque(x * 2)
+
+def test_decides(export_check):
+    result = export_check(ReturnsOpaque(), (torch.ones(3),), raise_on_failure=False)
+    assert result.stages["eager"].status == "error"  # never reached: the error fails the test at the call
+''')
+    r = run(pytester, "--export-report", "report.json")
+    assert r.ret == 1
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*test_decides [[]eager]: error: the harness could not decide; errors are never expected*"])
+    (case,) = json.loads((pytester.path / "report.json").read_text())["cases"]
+    assert (case["item"], case["verdict"]) == ("failed", "error")
