@@ -298,7 +298,15 @@ def parse(where: str, dynamic_shapes: Any, module: Any, args: tuple, kwargs: dic
     misread or ignore."""
     import torch.utils._pytree as pytree
 
-    spec, additional = resolve(dynamic_shapes, module, args, kwargs)
+    import torch
+
+    try:
+        spec, additional = resolve(dynamic_shapes, module, args, kwargs)
+    except ValueError as exc:  # a ShapesCollection keyed by tensors the case does not pass: the test's mistake
+        if not isinstance(dynamic_shapes, torch.export.ShapesCollection):
+            raise
+        raise UsageError(f"{where}: dynamic_shapes (a ShapesCollection) does not fit the case's inputs: {exc} Key it "
+                         "by the very tensors the case passes (not copies of them)") from None
     p = _Parser(where)
     flat, _ = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))
     keys = [pytree.keystr(k) for k, _ in flat]

@@ -97,6 +97,9 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
             keep.append(ctx)
         stack.enter_context(captured_torch_output(ctx.result.info))  # torch's output: the report's (#26)
         ctx.read_declaration()
+        if ctx.declaration_error:  # the test's mistake (#32): a usage error, as a marker typo is; never baselined
+            ctx.result.error = ctx.declaration_error  # or xfailed, and nothing is run on a declaration that misfits
+            return ctx.result.finish()
         stages = [s for s in REGISTRY if s.enabled(ctx)]
         current, started = None, [time.perf_counter()]
         begun = started[0]  # the case's start (started[0] moves to each stage's): for progress

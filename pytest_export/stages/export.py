@@ -1,8 +1,9 @@
 """Stage ``export``: ``torch.export.export`` succeeds, once per case, and leaves the module's state unchanged.
 
-A declaration that does not fit the case fails here before torch runs; a failed export is diagnosed (its time
-reported apart, as ``diagnosis_s``, under a limit of its own: ``diagnose.limit_for``): a constraint violation by
-the fix torch's message carries, built and checked; any other failure with ``draft_export``.
+A declaration that does not fit the case never gets here: it is the case's usage error (``runner``). A failed
+export is diagnosed (its time reported apart, as ``diagnosis_s``, under a limit of its own: ``diagnose.limit_for``):
+a constraint violation by the fix torch's message carries, built and checked; any other failure with
+``draft_export``.
 A limit that cuts the diagnosis never changes the verdict torch reached: the stage stays ``failed``.
 """
 
@@ -26,8 +27,6 @@ from ..util import describe_exception, finite_int
 
 
 def run(ctx: Context) -> dict[str, Any]:
-    if ctx.declaration_error:
-        raise StageFailure(f"not exported: {ctx.declaration_error}", kind="usage", exception="UsageError")
     module = ctx.case.module
     _check_preserved(ctx)
     for name, (t, _) in versions(module).items():
