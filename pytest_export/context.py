@@ -114,7 +114,10 @@ class Context:
 
         A program with higher-order ops (``cond``, ``map``, ``while_loop``, ``scan``) is not counted: torch's
         counting modes cannot follow into their branches. Its probes still run fake; their cost is predicted
-        from the example's time and input size alone (``cost.Costs.predict`` without a count)."""
+        from the example's time and its peak, measured as the process's resident high-water mark around its
+        real forward (``resident_peak``; issue #32: taken as four times its inputs, a model under a 64 MB cap
+        reached 2 GB), each scaled by the square of the input growth (``cost.Costs.predict`` without a count).
+        Where that peak cannot be measured, numerics stop at the example's size (``Costs.peak_problem``)."""
         if self._costs is None:
             import time
 
@@ -131,6 +134,9 @@ class Context:
             t0 = time.perf_counter()
             self.eager_on(args, kwargs)  # timed without the counters' own overhead
             seconds = time.perf_counter() - t0
+            if not self.countable():
+                real.peak, costs.peak_problem = resident_peak(lambda: self.eager_on(args, kwargs))
+                real.peak = max(real.peak, 4 * nbytes, RESIDENT_FLOOR)
             example = real
             try:
                 mode = self.fake_mode()
@@ -140,8 +146,7 @@ class Context:
             except Exception as exc:  # noqa: BLE001 - fake tensors cannot run this model: numerics only
                 costs.fake_problem = describe_exception(exc, 300).splitlines()[0]
             example.seconds, example.inputs = max(seconds, 1e-4), nbytes
-            # uncounted: the example's live tensors are taken as four times its inputs
-            costs.example, costs.real_peak = example, real.peak or 4 * nbytes
+            costs.example, costs.real_peak = example, real.peak
             self._costs = costs
         return self._costs
 
@@ -285,6 +290,40 @@ class Context:
             self.audit_problem = "dynamic_shapes does not fit the case"
         except Exception as exc:  # noqa: BLE001 - export reports the real problem; guards and fuzz end as `error`
             self.audit_problem = f"could not read dynamic_shapes: {describe_exception(exc)}"
+
+
+# the resident set grows by pages, and a forward that allocates little reuses heap pages already resident (reads 0):
+# an uncounted example's measured peak is taken as at least this (and at least four times its inputs)
+RESIDENT_FLOOR = 64 * 1024
+
+
+def resident_peak(run: Callable[[], Any]) -> tuple[int, str | None]:
+    """How far the process's resident memory rose above where it was while ``run()`` ran: ``(bytes, None)``, or
+    ``(0, why)`` where it cannot be measured. Linux: the high-water mark ``VmHWM`` of ``/proc/self/status``, reset
+    by writing 5 to ``/proc/self/clear_refs`` (so the process's peak RSS reads from then on), after glibc's
+    ``malloc_trim(0)`` has handed free heap pages back (memory freed earlier and reused would hide the peak)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: freed memory reused may hide part of the peak
+        pass
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _status_bytes("VmRSS")
+    except (OSError, ValueError) as exc:
+        return 0, f"its peak memory cannot be measured here ({type(exc).__name__}: {exc})"
+    run()
+    return max(0, _status_bytes("VmHWM") - before), None
+
+
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024  # kB
+    raise ValueError(f"no {field} in /proc/self/status")
 
 
 def _to(device: str, tree: Any) -> Any:

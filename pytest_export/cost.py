@@ -234,6 +234,7 @@ class Costs:
     example: Measure | None = None  # the example's fake count, with its real time and peak
     real_peak: int = 0  # the example's measured real peak (bytes of live tensors)
     fake_problem: str | None = None  # why fake tensors cannot run this model (then numerics only)
+    peak_problem: str | None = None  # why an uncounted example's peak was not measured: numerics stop at its size
     coverage: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     # (sizes by symbol, predicted seconds, predicted bytes) of the probes counted so far: a probe no larger in any
     # dim than one of them costs no more, so it is planned without a fake run of its own (``sizing.plan_for``)
@@ -241,10 +242,9 @@ class Costs:
     probes: dict[str, int] = dataclasses.field(default_factory=lambda: {FAKE: 0, NUMERIC: 0})
 
     # the clock -----------------------------------------------------------------------------------
-    # The budget counts probing only (issue #31): the forward calls at sizes other than the example's, fake or
-    # numeric, eager and program, and the fake runs that predict their cost. export, compare, save/load, decomp
-    # and a stage's own fixed work (a re-export, a compile) do not spend it: on a 12-layer encoder they took
-    # 23-31 s of a 30 s budget before the first probe ran.
+    # The budget counts probing only (issue #31): the forward calls at sizes other than the example's and the fake
+    # runs that predict their cost. export, compare, save/load, decomp and a stage's own fixed work (a re-export,
+    # a compile) do not spend it: on a 12-layer encoder they took 23-31 s of a 30 s budget.
     @contextlib.contextmanager
     def probing(self):
         """Count the block as probing time (nested blocks count once)."""
@@ -275,8 +275,9 @@ class Costs:
         From the fake count where there is one: the example's real time, plus the FLOPs and bytes the probe adds
         over the example's at this machine's measured rates (``machine_rates``, derated: not every kernel runs
         as fast as a large matmul); memory is the fake peak, scaled by how the example's real peak compared with
-        its fake one. Without one (fake tensors cannot run the model), the example scaled by ``ratio`` (the
-        probe's input bytes over the example's) squared: attention-like costs grow that fast."""
+        its fake one. Without one (fake tensors cannot run the model, or higher-order ops), the example's time and
+        real peak scaled by ``ratio`` (the probe's input bytes over the example's) squared: attention-like costs
+        grow that fast."""
         ex = self.example
         if ex is None or not ex.seconds:
             return 0.0, 0
@@ -296,18 +297,18 @@ class Costs:
         return 2 * (ex.seconds + extra), int(2 * probe.peak * mem_ratio + 3 * probe.inputs)
 
     def size_for_edges(self, seconds: float) -> None:
-        """Raise a default budget so that the edges, predicted to take ``seconds`` numeric, fit in it with a margin:
-        ``max(budget, used + EDGE_BUDGET_FACTOR x seconds)``, at most ``EDGE_BUDGET_CAP`` (issue #31: a 12-layer
-        model's edges take seconds each on 2 cores). A budget the user set is kept."""
+        """Raise a default budget so that the edges, predicted to take ``seconds`` numeric, fit in it with a margin
+        (``EDGE_BUDGET_FACTOR``, at most ``EDGE_BUDGET_CAP``; issue #31). A budget the user set is kept."""
         if self.auto and self.budget is not None:
             self.budget = max(self.budget, min(EDGE_BUDGET_CAP, self.used() + EDGE_BUDGET_FACTOR * seconds))
 
     def plan(self, probe: Measure | None, ratio: float, fake_ok: bool, budgeted: bool = True,
              edge: bool = False) -> Plan:
-        """``budgeted=False``: the memory cap alone decides (a stage that runs a few fixed sizes after a fixed
-        cost of its own, such as ``aoti``'s compile, which may have spent the budget). ``edge``: one of the
-        edges, which run first and may take all that is left of the budget, not only a quarter of it."""
+        """``budgeted=False``: the memory cap alone decides (a stage that runs a few fixed sizes after a fixed cost
+        of its own, such as ``aoti``'s compile). ``edge``: it may take all that is left of the budget."""
         seconds, need = self.predict(probe, ratio)
+        if probe is None and self.peak_problem and ratio > 1:  # nothing to scale: no guess (issue #32)
+            return Plan(FAKE if fake_ok else None, seconds, need, f"past the example's size: {self.peak_problem}")
         return self.decide(seconds, need, fake_ok, budgeted, edge)
 
     def decide(self, seconds: float, need: int, fake_ok: bool, budgeted: bool = True, edge: bool = False) -> Plan:
@@ -357,8 +358,7 @@ class Costs:
                                "budget": self.budget, "budget_spent": round(self.used(), 3),
                                "dims": [{k: v for k, v in row.items() if not k.startswith("_")}
                                         for row in self.coverage.values()]}
-        if self.fake_problem:
-            out["fake_problem"] = self.fake_problem
+        out.update({k: getattr(self, k) for k in ("fake_problem", "peak_problem") if getattr(self, k)})
         if self.example is not None and self.example.seconds:
             out["example"] = {"seconds": round(self.example.seconds, 6), "flops": self.example.flops,
                               "peak_bytes": self.real_peak}

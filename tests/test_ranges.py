@@ -191,6 +191,69 @@ def test_the_memory_cap_holds_peak_rss_measured_in_a_subprocess(tmp_path):
     assert grown < 600 * 2**20, (grown, got)
 
 
+COND_SCRIPT = textwrap.dedent('''
+    import json, resource, sys, torch
+    from torch.export import Dim
+    import pytest_export
+
+    def spread(x):  # b x b x 32 floats from a matmul of x with its transpose: 4096 times the input at b=8
+        return torch.mm(x, x.t()).unsqueeze(-1).expand(-1, -1, 32).cos().sum(-1)
+
+    def spread_sin(x):
+        return torch.mm(x, x.t()).unsqueeze(-1).expand(-1, -1, 32).sin().sum(-1)
+
+    class GramCond(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, spread, spread_sin, (x,))
+
+    torch.manual_seed(0)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    res = pytest_export.check(GramCond(), (torch.randn(8, 1),), name="ranges::cond", max_memory=sys.argv[1],
+                              examples=5, budget=0, dynamic_shapes={"x": {0: Dim("b", min=2, max=1 << 16)}})
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"outcome": res.outcome, "before": before, "peak": peak, "ranges": res.info["ranges"],
+                      "lines": res.coverage_lines()}))
+''')
+
+
+@pytest.mark.slow
+def test_the_memory_cap_holds_for_a_program_with_higher_order_ops(tmp_path):
+    """Issue #32: torch's counting modes cannot follow into ``torch.cond``'s branches, and the example's live
+    tensors were taken as four times its inputs: under a 64 MB cap this model grew by 2 GB. Its peak is now the
+    process's resident high-water mark around the example's real forward, and the cap holds."""
+    script = tmp_path / "cond.py"
+    script.write_text(COND_SCRIPT)
+    out = subprocess.run([sys.executable, str(script), "64MB"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["outcome"] == "passed", got
+    b = {r["dim"]: r for r in got["ranges"]["dims"]}["b"]
+    assert b["shape_max"] == 1 << 16 and 8 < b["numeric_max"] < 1 << 16, b
+    assert "max_memory 64 MB" in b["why"], b  # the coverage line says why numerics stopped
+    assert any(ln.startswith("b:") and "max_memory 64 MB" in ln for ln in got["lines"]), got["lines"]
+    assert got["ranges"]["example"]["peak_bytes"] >= 64 * 1024  # measured, not four times its 32-byte input
+    grown = got["peak"] - got["before"]  # torch, the export and the checks on top of the cap: far below 2 GB
+    assert grown < 600 * 2**20, (grown, got)
+
+
+class Gate(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: x.cos(), lambda x: x.sin(), (x,))
+
+
+def test_a_higher_order_program_whose_peak_cannot_be_measured_runs_numerics_at_the_example_size_only(monkeypatch):
+    from pytest_export import context
+
+    monkeypatch.setattr(context, "resident_peak", lambda run: (run(), (0, "cannot be measured here (planted)"))[1])
+    res = pytest_export.check(Gate(), (torch.randn(4, 3),), name="ranges::cond-unmeasured", examples=3,
+                              dynamic_shapes={"x": {0: Dim("b", min=2, max=64)}})
+    assert res.outcome == "passed", res.failure_text()
+    assert res.info["ranges"]["peak_problem"] == "cannot be measured here (planted)"
+    b = _coverage(res)["b"]
+    assert b["shape_max"] == 64 and b["numeric_max"] == 4, b  # the example's size, no guess past it
+    assert "past the example's size: cannot be measured here (planted)" in b["why"], b
+
+
 class SlowPastFour(torch.nn.Module):
     """Costs nothing a fake run can see, and sleeps on real inputs past size 4: far costlier than predicted."""
 
