@@ -23,6 +23,7 @@ from .report import (build_report, lines_path, load_report, partial_text, write_
 from .scope import Scope
 from .summary import coverage_line, coverage_summary, stage_table
 from .util import markdown_table, plural, text_table
+from .verdicts import said
 
 BAD = ("failed", "error", "xpassed")
 USAGE_ERROR = 4  # pytest's exit status for a usage error: the in-run gate's for a missing or broken baseline
@@ -89,8 +90,8 @@ def show_text(report: dict[str, Any], markdown: bool = False) -> str:
     cases = report["cases"]
     stages = stage_order(cases)
     header = ["case", "outcome", *stages]
-    rows = [[c["nodeid"], c.get("outcome", ""), *(c.get("stages", {}).get(s, {}).get("status", "-") for s in stages)]
-            for c in cases]
+    # a failure the baseline knows is `known`, as in the stage table and the deployment matrix (#32)
+    rows = [[c["nodeid"], said(c), *(said(c, s) if s in c.get("stages", {}) else "-" for s in stages)] for c in cases]
     if markdown:
         case_table = markdown_table(header, [[f"`{r[0]}`", *r[1:]] for r in rows])
     else:

@@ -190,6 +190,18 @@ def stage_column(case: dict[str, Any], stage: str, status: str) -> str | None:
     return FAILED
 
 
-__all__ = ["reported", "item_verdict", "decided", "verdict_of", "pytest_outcome_of", "settle", "verdict_text", "head",
+def said(case: dict[str, Any], stage: str | None = None) -> str:
+    """The word every table gives a case's outcome (``stage`` None) or a stage's status: ``known`` for a failure the
+    baseline knows and ``xfailed`` for one pytest's own xfail mark covers (as the stage table's columns say them),
+    else the status the case records (#32)."""
+    if stage is None:
+        verdict = verdict_of(case)
+        return verdict if verdict in (KNOWN, XFAILED) else str(case.get("outcome", ""))
+    status = ((case.get("stages") or {}).get(stage) or {}).get("status", "")
+    column = stage_column(case, stage, status)
+    return column if column in (KNOWN, XFAILED) else status
+
+
+__all__ = ["reported", "said", "item_verdict", "decided", "verdict_of", "pytest_outcome_of", "settle", "verdict_text", "head",
            "failing_label", "bad_stages", "case_column", "stage_column", "MARKED", "ORDER", "FAILING", "PASSED",
            "KNOWN", "NEW", "FAILED", "STALE", "ERROR", "XFAILED", "XPASSED", "SKIPPED"]

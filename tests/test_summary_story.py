@@ -330,3 +330,39 @@ def test_relu():
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["pytest-export: 2 cases: 1 passed, 1 skipped; report: report.json"])
     assert sorted(c["verdict"] for c in data["cases"]) == ["passed", "skipped"]
+
+
+def test_a_known_failure_is_known_in_every_table(pytester, capsys):
+    """The stage table, the deployment matrix and ``python -m pytest_export show`` use one word for a failure the
+    baseline knows (#32): ``known``, not ``failed`` (with its signature in the matrix)."""
+    from pytest_export.__main__ import main
+
+    write_cases(pytester, '''
+class DataDependent(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x + 1
+        return x - 1
+
+@pytest.mark.exportable(tags=["basics"])
+def test_dd():
+    return DataDependent(), (torch.ones(3),)
+''')
+    args = ("--export-onnx", "--export-baseline", "baseline.json", "-p", "no:xdist")  # onnx: skipped behind export
+    run_check(pytester, "--export-baseline-update", *args)
+    result, data = run_check(pytester, *args)
+    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.lines
+    assert table_row(out, "export")["known"] == "1"  # the stage table
+    matrix = out[next(i for i, ln in enumerate(out) if ln.startswith("deployment matrix")):]
+    row = [c.strip() for c in next(ln for ln in matrix if ln.startswith("test_cases.py::test_dd")).split("|")]
+    assert row[1:] == ["known (GuardOnDataDependentSymNode)", "-", "skipped"], row
+    total = [c.strip() for c in next(ln for ln in matrix if ln.startswith("all ")).split("|")]
+    assert total[1] == "0/0/1/0/0", total
+    assert any(ln.startswith("all: passed/failed/known/xfailed/skipped") for ln in matrix), matrix
+    for markdown in ((), ("--markdown",)):
+        capsys.readouterr()
+        assert main(["show", str(pytester.path / "report.json"), *markdown]) == 0
+        shown = capsys.readouterr().out.splitlines()
+        cells = [c.strip(" `") for c in next(ln for ln in shown if "test_cases.py::test_dd" in ln).strip("|").split("|")]
+        assert cells[1] == "known" and cells[3] == "known" and "failed" not in cells, cells  # outcome, export
