@@ -125,6 +125,21 @@ def check():
             return True, problem
     return False, "the unflattened module agrees with eager, with and without the eager submodules swapped in"
 ''',
+    "python-state": '''
+
+def check():
+    """Forward's changes to the module's plain Python attributes, which the exported program freezes at their traced
+    values: a change that consecutive calls repeat is per call (one the next call does not repeat is a lazy
+    initialization, no finding). Then the program against eager over two calls, where the outputs show it."""
+    model, args, kwargs, data = load()
+    changes = per_call_changes(model, args, kwargs)
+    if not changes:
+        return False, "forward changes no plain Python attribute on every call (three calls)"
+    problem = disagreement(export(model, args, kwargs).module(), model, args, kwargs, "exported program")
+    text = (f"forward changes Python attribute {'; '.join(changes)} on every call; the exported program freezes it "
+            "at its traced value")
+    return True, text + (f"\\n{problem}" if problem else " (its outputs agree with eager's on the first two calls)")
+''',
     "probe": '''
 
 def check():

@@ -219,6 +219,46 @@ def probe_check(ep, model, data):
     return check_probe(ep.module(), model, data)
 '''
 
+_STATE = '''
+
+def plain(value, depth=0):
+    """A copy of a plain Python value (numbers, strings, small containers of them); TypeError for anything else."""
+    if isinstance(value, (int, float, complex, bool, str, bytes, type(None))):
+        return value
+    if depth < 3 and isinstance(value, (list, tuple, set, frozenset)) and len(value) <= 256:
+        return type(value)(plain(v, depth + 1) for v in value)
+    if depth < 3 and isinstance(value, dict) and len(value) <= 256:
+        return {plain(k, depth + 1): plain(v, depth + 1) for k, v in value.items()}
+    raise TypeError(f"not a plain value: {type(value).__name__}")
+
+
+def python_state(model):
+    """The plain Python attributes of every submodule (not nn.Module's own bookkeeping), copied, by path."""
+    internals, out = set(vars(torch.nn.Module())) | {"training"}, {}
+    for prefix, module in model.named_modules():
+        for name, value in vars(module).items():
+            if name not in internals and not name.startswith("__"):
+                try:
+                    out[f"{prefix}.{name}" if prefix else name] = plain(value)
+                except TypeError:
+                    pass
+    return out
+
+
+def per_call_changes(model, args, kwargs, calls=3):
+    """Each plain attribute that two consecutive eager calls both change: `path` (its values, call by call)."""
+    model, absent = copy.deepcopy(model), "<absent>"
+    states = [python_state(model)]
+    for _ in range(calls):
+        call(model, args, kwargs)
+        states.append(python_state(model))
+    same = lambda a, b: a == b or (a != a and b != b)  # NaN stays NaN
+    changed = [{p for p in set(a) | set(b) if not same(a.get(p, absent), b.get(p, absent))}
+               for a, b in zip(states, states[1:])]
+    paths = sorted(set().union(*(x & y for x, y in zip(changed, changed[1:]))))
+    return [f"`{p}` (" + ", then ".join(repr(s.get(p, absent))[:60] for s in states) + ")" for p in paths]
+'''
+
 _AXES = '''
 
 def input_axes(ep):
@@ -300,6 +340,8 @@ def assemble(*, header: str, future: bool, consts: dict[str, Any], model: str, i
         parts.append(_PROBE)
     if check in ("retrace", "axes"):
         parts.append(_AXES)
+    if check == "python-state":
+        parts.append(_STATE)
     parts += [check_text, _MAIN]
     return "".join(parts)
 
@@ -308,7 +350,8 @@ RESERVED = frozenset(
     "contextlib copy importlib io os sys traceback types torch pytree Dim HERE INPUTS STAGE STRICT RTOL ATOL DEVICE "
     "SEED PRESERVE CORE_ATEN DYNAMIC_SHAPES SEARCH_PATH MODULES MODEL_MODULE INLINED AXES PROBE_SIZES PROBE_SEED "
     "import_model_classes first_line on_device load call export tolerances differences disagreement probe_inputs "
-    "at_probe probe_differences in_range out_of_range probe_check input_axes input_shapes check main".split())
+    "at_probe probe_differences in_range out_of_range probe_check input_axes input_shapes plain python_state "
+    "per_call_changes check main".split())
 """Names the script defines: an inlined class or a Dim's variable must not take one."""
 
 

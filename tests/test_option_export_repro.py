@@ -172,6 +172,52 @@ def test_the_plain_python_api_writes_one_too(tmp_path):
         "REPRODUCED: the exported program disagrees with eager (call 1)")
 
 
+class CountsLate(torch.nn.Module):
+    """A call counter in the output, from the third call on: the program and eager agree on two calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        import os
+
+        if not os.environ.get("FIXED"):
+            self.calls += 1
+        return x * 2 if self.calls < 3 else x
+
+
+class Appends(torch.nn.Module):
+    """A list forward appends to, never read: the outputs always agree."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(int(x.shape[0]))
+        return x * 2
+
+
+@pytest.mark.parametrize("model, attribute", [(CountsLate, "`calls` (0, then 1, then 2, then 3)"),
+                                              (Appends, "`seen` ([], then [3], then [3, 3], then [3, 3, 3])")])
+def test_a_python_state_failure_reproduces_while_it_is_there(tmp_path, model, attribute):
+    """Issue #32: compare's python-state failure (forward changes the module's Python state on every call) got a
+    script that said NOT REPRODUCED wherever the outputs agree on two calls; the script checks the state itself."""
+    import pytest_export
+
+    result = pytest_export.check(model(), (torch.ones(3),), name=f"api::{model.__name__}",
+                                 session=SessionOptions(check=True, repro=str(tmp_path / "r")))
+    assert result.stages["compare"].data["signature"] == "python-state", result.failure_text()
+    script = Path(result.info["repro"])
+    said = _reproduces(script, tmp_path / "elsewhere")
+    assert said.startswith(f"REPRODUCED: forward changes Python attribute {attribute} on every call"), said
+    assert "the exported program freezes it at its traced value" in said
+    if model is CountsLate:  # the state fixed: the script says so and exits 0
+        proc = _run_script(script, tmp_path / "elsewhere", FIXED="1")
+        assert proc.returncode == 0 and "NOT REPRODUCED: forward changes no plain Python attribute" in proc.stdout, proc
+
+
 def test_every_check_is_valid_python():
     for check, text in CHECKS.items():
         script = assemble(header="# header", future=check == "eager", consts={"INPUTS": "x.pt", "SEED": 0x5EED},
