@@ -117,8 +117,9 @@ def export_check(request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factor
 
     Takes the marker's keywords, runs every stage, returns the result, and gates it as the marker does: a failed
     stage fails the test, a case whose failures were all expected (``xfail=``) or known to the baseline xfails
-    it, a stale baseline entry fails it or warns. ``raise_on_failure=False`` returns the result and leaves the
-    test alone.
+    it, a stale baseline entry fails it or warns. ``raise_on_failure=False`` returns the result and lets the
+    test decide: the case counts as its test ends (an ``error`` still fails the test: there is no result to decide
+    on).
     """
     return items_mod.fixture_check(request, tmp_path, tmp_path_factory)
 
