@@ -14,12 +14,15 @@ and fewer skipped stages (``--export-skip-stages guards,fuzz,retrace`` most of t
 under test); an update run; two pytest-split shards merged by ``python -m pytest_export merge``; and, marked
 ``slow``, the same under ``-n 2`` in a subprocess. The invariants:
 
-- the run's exit status, ``gate`` on its report and ``gate`` on its ``.jsonl`` case lines agree (pass or fail), and
-  ``gate`` on the merged shards agrees with the unsharded run;
+- the run's exit status, ``gate`` on its report and ``gate`` on its ``.jsonl`` case lines agree (pass or fail, and
+  the same ``new``/``stale``/``error`` lines as the end of the run), and ``gate`` on the merged shards agrees with
+  the unsharded run;
 - a run with a collection error, or with a selected case that raised while building, never passes any of them;
 - ``--export-baseline-update`` removes only entries of a stage that ran and passed (or of a case that is gone,
-  in a run that covered its folder whole), and writes nothing after a run that stopped early (``-x`` stop,
-  collection error);
+  in a run that covered its folder whole), records a failure it saw, and writes nothing after a run that stopped
+  early (``-x`` stop, collection error);
+- a run that went to the end holds each selected case, with the verdict its kind and its entries imply where the
+  model says one (``passed``, ``stale``, ``new``, ``known``, ``xfailed``, ``error``);
 - the terminal summary's head, ``python -m pytest_export show`` and the conformance table give each case the same
   verdict word (``verdicts.said``; a ``stale`` case is held to it by its own test, ``xfail``: see there).
 
@@ -166,10 +169,21 @@ def run(pytester, *args, report="r.json", skip=FAST, xdist=False):
     return pytester.runpytest("-p", "no:xdist", *argv)
 
 
-def gate(pytester, capsys, report) -> int:
+FINDINGS = ("new: ", "stale: remove it: ", "stale (warning): ", "error (never baselined): ", "failed: ", "xfailed by ")
+
+
+def findings(lines) -> list[str]:
+    """The gate's lines about cases and entries, as the end of a run and ``gate`` print them."""
+    return sorted(line for line in lines if line.startswith(FINDINGS))
+
+
+def gate(pytester, capsys, report, lines=None) -> int:
     capsys.readouterr()
     rc = main(["gate", str(pytester.path / report), "--baseline", str(pytester.path / "b.json")])
-    note(f"gate {report}: {rc}\n" + capsys.readouterr().out)
+    out = capsys.readouterr().out
+    note(f"gate {report}: {rc}\n" + out)
+    if lines is not None:
+        lines.extend(findings(out.splitlines()))
     return rc
 
 
@@ -194,8 +208,17 @@ def check_gates_agree(pytester, capsys, result, repo, cfg, report="r.json") -> b
     note(result.stdout.str()[-4000:])
     assert result.ret in (0, 1, 2), result.ret  # never a usage error, never "no tests collected"
     passed = result.ret == 0
-    assert (gate(pytester, capsys, report) == 0) == passed
-    assert (gate(pytester, capsys, report.replace(".json", ".jsonl")) == 0) == passed
+    of_report: list[str] = []
+    of_lines: list[str] = []
+    assert (gate(pytester, capsys, report, of_report) == 0) == passed
+    assert (gate(pytester, capsys, report.replace(".json", ".jsonl"), of_lines) == 0) == passed
+    assert of_report == of_lines  # and they say the same
+    lines = result.outlines
+    at = next((i for i, ln in enumerate(lines) if "= export baseline " in ln), None)
+    if at is not None:  # the end of the run's section (not the tests' failure texts)
+        end = next((i for i in range(at + 1, len(lines)) if lines[i].startswith("=")), len(lines))
+        assert findings(lines[at + 1:end]) == of_report
+        event("in-run gate lines compared")
     if must_fail(repo, cfg):
         assert not passed
     event(f"run: exit status {result.ret}" + (" (must fail)" if must_fail(repo, cfg) else ""))
@@ -207,7 +230,8 @@ def check_update(pytester, before: str, result, repo, cfg, report="r.json") -> N
     covered its folder whole); it writes nothing after a run that stopped early."""
     after = (pytester.path / "b.json").read_text()
     data = load(pytester, report)
-    stopped = (repo["broken"] and BROKEN not in cfg["ignored"]) or bool(((data or {}).get("scope") or {}).get("stopped"))
+    scope = (data or {}).get("scope") or {}
+    stopped = (repo["broken"] and BROKEN not in cfg["ignored"]) or bool(scope.get("stopped"))
     event("update: " + ("stopped, nothing written" if stopped else "written" if after != before else "unchanged"))
     if stopped:
         assert after == before, "an update wrote the baseline after a run that stopped early"
@@ -224,6 +248,12 @@ def check_update(pytester, before: str, result, repo, cfg, report="r.json") -> N
                 continue
             status = ((cases.get(nodeid) or {}).get("stages") or {}).get(stage, {}).get("status")
             assert status == "passed", f"the update removed {nodeid} [{stage}], whose stage reached {status!r}"
+    for f, named in repo["files"].items():  # a failure of an unmarked case is recorded
+        for name, kind in named:
+            stage, nodeid = KINDS[kind][3], f"{f}::{name}"
+            if stage and not KINDS[kind][0] and cases.get(nodeid, {}).get("stages", {}).get(stage, {}).get(
+                    "status") == "failed":
+                assert stage in new.get(nodeid, {}), f"the update did not record {nodeid} [{stage}]"
 
 
 def expected(kind: str, listed: dict) -> str | None:
