@@ -15,6 +15,7 @@ import torch.utils._pytree as pytree  # private module, but torch's only pytree 
 from .compare import compare_trees, same_structure, structure_difference
 from .modstate import StateKeeper, python_state, restore_python_state
 from .options import CaseOptions
+from .timeout import checkpoint
 
 RUN_SEED = 0x5EED
 
@@ -56,6 +57,7 @@ def observe(module: Callable[..., Any], owner: torch.nn.Module, args: tuple, kwa
     keeper = keeper or StateKeeper()
     with keeper.around(owner) as record:
         with within if within is not None else contextlib.nullcontext():
+            checkpoint()  # a time limit off the main thread is checked here, before every forward (#32)
             a, k = clone_inputs((args, kwargs))
             seed_all(RUN_SEED)
             with torch.set_grad_enabled(grad):

@@ -192,11 +192,12 @@ def stage_column(case: dict[str, Any], stage: str, status: str) -> str | None:
 
 def said(case: dict[str, Any], stage: str | None = None) -> str:
     """The word every table gives a case's outcome (``stage`` None) or a stage's status: ``known`` for a failure the
-    baseline knows and ``xfailed`` for one pytest's own xfail mark covers (as the stage table's columns say them),
+    baseline knows, ``xfailed`` for one pytest's own xfail mark covers (as the stage table's columns say them) and
+    ``stale`` for a case that passes while the baseline says it fails (its test fails: the tables count it failed),
     else the status the case records (#32)."""
     if stage is None:
         verdict = verdict_of(case)
-        return verdict if verdict in (KNOWN, XFAILED) else str(case.get("outcome", ""))
+        return verdict if verdict in (KNOWN, XFAILED, STALE) else str(case.get("outcome", ""))
     status = ((case.get("stages") or {}).get(stage) or {}).get("status", "")
     column = stage_column(case, stage, status)
     return column if column in (KNOWN, XFAILED) else status

@@ -401,10 +401,6 @@ def test_the_gate_model_under_xdist(pytester, capsys, data):
     session(pytester, capsys, repo, cfg, xdist=True)
 
 
-@pytest.mark.xfail(strict=True, reason="a stale case (it passes; its baseline entry says it fails; pytest: failed) "
-                   "is `passed` in `python -m pytest_export show` (verdicts.said gives the case's outcome) but "
-                   "`failed` in the conformance table (verdicts.case_column) and a stale baseline entry in the "
-                   "terminal's head")
 def test_a_stale_case_has_one_word_in_every_table(pytester, capsys):
     repo = {"files": {"test_m0.py": [("test_passes_0", "passes")]}, "broken": False, "by_update": False,
             "entries": {"test_m0.py::test_passes_0": {"compare": {"reason": "drawn"}}}}

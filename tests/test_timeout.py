@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pytest_export.timeout import CaseTimeout, Expired, in_thread, supported, time_limit
+from pytest_export.timeout import CaseTimeout, Expired, checkpoint, in_thread, supported, time_limit
 from tests.helpers import run_check, write_cases
 
 pytestmark = pytest.mark.skipif(not supported(), reason="time limits need SIGALRM and the main thread")
@@ -19,6 +19,7 @@ def _wait(seconds: float) -> None:
     """Sleep in short steps for at most ``seconds`` (a limit that fails to fire lets the test fail, not hang)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
+        checkpoint()  # as the harness does before every forward call
         time.sleep(0.01)
 
 
@@ -103,7 +104,7 @@ def test_no_limit_and_a_zero_limit_are_not_enforced():
             assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
-# ---- off the main thread, a watchdog enforces a limit; a case's thread never outlives it (issue #32) ----------
+# ---- off the main thread, checkpoints enforce a limit; a case's thread never outlives it (issue #32) ---------
 
 def _in_a_thread(work):
     """Run ``work`` on a thread of its own; return what it returned or raised."""
@@ -122,7 +123,7 @@ def _in_a_thread(work):
     return out[0]
 
 
-def test_a_limit_off_the_main_thread_is_enforced_by_a_watchdog():
+def test_a_limit_off_the_main_thread_is_enforced_at_checkpoints():
     def work():
         t0 = time.monotonic()
         try:
@@ -165,6 +166,7 @@ def test_work_on_a_thread_of_its_own_stops_when_the_case_does():
 
     def work():
         while True:
+            checkpoint()
             calls.append(time.monotonic())
             time.sleep(0.02)
 
@@ -184,7 +186,7 @@ def test_work_that_outlives_its_grace_is_said():
     release = threading.Event()
 
     def stuck():
-        release.wait(5)  # one long call: an asynchronous exception waits for it to return
+        release.wait(5)  # one long call: no checkpoint until it returns
 
     with pytest.raises(CaseTimeout):
         with time_limit(0.3):

@@ -350,8 +350,7 @@ def test_skipping_compare_skips_compare_only(pytester):
 
 class _Dawdles(torch.nn.Module):
     def forward(self, x):
-        for _ in range(250):  # 5 s in short sleeps: a limit stops it between two
-            time.sleep(0.02)
+        time.sleep(0.4)  # every forward call: a limit checked between calls stops the case after a few
         return x + 1
 
 
@@ -368,25 +367,18 @@ def _on_a_thread(module, **keywords):
     return res
 
 
-def test_timeout_that_cannot_be_enforced_says_so(monkeypatch):
-    from pytest_export import runner, timeout
-
-    monkeypatch.setattr(timeout, "_async_exc", lambda: None)  # neither SIGALRM (not the main thread) nor a watchdog
-    runner._TIMEOUT_WARNED.clear()
-    res = _on_a_thread(torch.nn.ReLU(), timeout=30, examples=1)
-    assert any("--export-timeout 30 s is not enforced here" in w for w in res.warnings), res.warnings
-
-
-def test_a_timeout_off_the_main_thread_is_enforced():
-    # off the main thread a watchdog enforces the case's limit (#32): a case that runs too long is stopped there
+def test_a_timeout_off_the_main_thread_is_enforced_between_forward_calls():
+    # off the main thread no alarm can stop the case (#32): its limit is checked before every forward call the
+    # harness makes, the case is stopped there, and a warning says a single call that hangs is not stopped
     from pytest_export import runner
 
     runner._TIMEOUT_WARNED.clear()
     t0 = time.monotonic()
     res = _on_a_thread(_Dawdles(), timeout=1, examples=1)
     assert time.monotonic() - t0 < 4
-    assert res.stages["eager"].status == "error" and "timed out" in res.stages["eager"].message, res.failure_text()
-    assert not any("not enforced" in w for w in res.warnings), res.warnings
+    timed_out = [s for s in res.stages.values() if s.status == "error" and "timed out" in s.message]
+    assert timed_out, res.failure_text()
+    assert any("checked before each forward call here" in w for w in res.warnings), res.warnings
 
 
 def test_a_timed_out_stage_reports_the_time_it_ran(pytester):

@@ -18,6 +18,7 @@ from ..context import Context, Stage, StageFailure, StageSkip
 from ..strategies import BuilderError, assignments, boundary_assignments, shapes_of
 from ..probing import (REFUSED_IN_RANGE, UNCHECKED, WRONG_IN_RANGE, blame, has_small_size, in_range_problem, plan_for,
                        run_program, sized)
+from ..timeout import checkpoint
 from ..util import describe_exception, plural
 
 _BLOB = re.compile(r"reproduce_failure\(\s*'[^']*'\s*,\s*b'([^']+)'\s*\)")
@@ -51,6 +52,7 @@ def run(ctx: Context) -> dict[str, Any]:
     budget = Budget(ctx)
 
     def one(values: dict[str, int]) -> None:
+        checkpoint()  # the case's limits, where fuzz searches on a thread of its own (#32)
         if budget.stop_now() and values not in state["failed"]:
             # the budget is spent: the remaining draws (and shrinking steps) are skipped, not run; a failing
             # assignment still replays, as Hypothesis replays its smallest failure at the end
