@@ -158,9 +158,10 @@ def wrap(item: pytest.Function, func: Callable[..., Any]) -> Callable[..., None]
         except BaseException as exc:
             if es.check and isinstance(exc, Exception):
                 from .results import ERROR, CaseResult
+                from .tags import case_tags
 
-                record(item, CaseResult(
-                    item.nodeid, outcome=ERROR,
+                record(item, CaseResult(  # with its tags: its conformance row is its own, not (untagged) (#32)
+                    item.nodeid, outcome=ERROR, tags=case_tags(item, MARKER),
                     error=f"{item.nodeid}: the test raised while building its case: {type(exc).__name__}: {exc}",
                 ))
             raise

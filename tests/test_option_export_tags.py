@@ -119,3 +119,16 @@ def test_unknown_tag_warns_with_the_known_tags(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "--export-tags", "alhpa")
     result.assert_outcomes(deselected=6)
     result.stdout.fnmatch_lines(["*--export-tags: no collected test carries the tag(s) 'alhpa'; tags here: *alpha*"])
+
+
+def test_a_case_that_raises_while_built_keeps_its_tags(pytester):
+    # its report entry carries the marker's tags, so the conformance table counts it under them, not (untagged)
+    write_cases(pytester, '''
+@pytest.mark.exportable(tags=["mine"])
+def test_raises():
+    raise RuntimeError("a flaky download")
+''')
+    result, data = run_check(pytester)
+    assert result.ret == 1
+    (case,) = data["cases"]
+    assert case["outcome"] == "error" and case["tags"] == ["mine"], case
