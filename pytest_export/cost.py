@@ -287,9 +287,8 @@ class Costs:
         flops_per_s, bytes_per_s = machine_rates()
         flops_per_s *= RATE_DERATE
         if ex.seconds >= ACHIEVED_RATE_AFTER and ex.flops:
-            # a model whose example runs long enough is compute-bound: the rate it reached there is its own, and
-            # larger sizes reach at least that (issue #31: the derated matmul rate predicted a ViT-B/16's batch of
-            # 64 at four times its real cost, and a budget sized on it doubled the case's time)
+            # a model whose example runs long enough reaches at least that rate at larger sizes (issue #31: the
+            # derated matmul rate put a ViT-B/16's batch of 64 at 4x its real cost, doubling the case's time)
             flops_per_s = max(flops_per_s, ex.flops / ex.seconds)
         extra = (max(0.0, probe.flops - ex.flops) / flops_per_s
                  + max(0, probe.total - ex.total) / (bytes_per_s * RATE_DERATE))
@@ -349,9 +348,10 @@ class Costs:
                 row["numeric_max"] = max(size, row["numeric_max"] or size)
             elif why:
                 row["_not"].append((size, f"{at} {why}"))
-            # why numerics stop: the smallest size past the numeric maximum that did not run numeric
+            # why numerics stop: the first size past the numeric max that ran fake; the max's own reason too (#31)
             past = [n for n in row["_not"] if n[0] > (row["numeric_max"] or 0)]
-            row["why"] = min(past)[1] if past else ""
+            top = [text for n, text in past if n == hi and text != min(past)[1]]
+            row["why"] = (min(past)[1] if past else "") + (f"; at the max: {top[0]}" if top else "")
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"max_memory": self.max_memory, "probes": dict(self.probes),

@@ -196,3 +196,15 @@ def test_a_default_budget_is_raised_to_afford_the_edges_and_a_given_one_is_kept(
     given = Costs(max_memory=2**30, budget=30.0)
     given.size_for_edges(40.0)
     assert given.budget == 30.0
+
+
+def test_an_edge_that_does_not_fit_the_memory_cap_says_so_on_its_dims_line():
+    from pytest_export.cost import coverage_line
+
+    costs = Costs(max_memory=2**30, budget=30.0)
+    costs.record({"batch": (4, 1, 64)}, "numeric")
+    costs.record({"batch": (64, 1, 64)}, "fake", "needs ~2 GB > max_memory 1 GB")  # the edge, first
+    costs.record({"batch": (8, 1, 64)}, "fake", "the budget was spent")
+    (row,) = costs.to_dict()["dims"]
+    line = coverage_line(row)
+    assert "numerics to 4 (batch=8 the budget was spent; at the max: batch=64 needs ~2 GB > max_memory" in line
