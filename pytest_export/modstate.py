@@ -159,6 +159,11 @@ def state_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
     return list(seen.values())
 
 
+# parameters totalling at most this many bytes are copied, so that a forward that writes one can be undone (a
+# weight clipped in place); above it a copy would double a real-width model's memory (issue #31)
+PARAMETER_COPY_LIMIT = 64 * 2**20
+
+
 class ParameterWritten(RuntimeError):
     """Forward wrote parameters in place: the harness keeps no copy of the weights to undo it (issue #31), and an
     exported program cannot mutate parameters either."""
@@ -180,10 +185,10 @@ class StateKeeper:
     every view of the storage; ``ep.module()`` shares storage with the user's module) or its value differs (a
     kernel such as batch norm's writes its running stats without moving the counter).
 
-    Parameters are never copied: a copy of the weights would double a real-width model's memory (issue #31:
-    four copies of a 0.88 GB decoder were alive at once). A forward that writes a parameter in place (its version
-    counter moved) cannot be undone, so it raises ``ParameterWritten``, which names the parameters: the call's
-    own verdict, as any exception forward raises.
+    Parameters are copied only where they total at most ``PARAMETER_COPY_LIMIT`` bytes: a copy of the weights
+    would double a real-width model's memory (issue #31: four copies of a 0.88 GB decoder were alive at once).
+    Above it, a forward that writes a parameter in place (its version counter moved) cannot be undone, so it raises
+    ``ParameterWritten``, which names the parameters: the call's own verdict, as any exception forward raises.
     """
 
     def __init__(self) -> None:
@@ -195,7 +200,8 @@ class StateKeeper:
         """The module's state tensors with their originals, and its submodules, as they are now (a swapped-in
         submodule brings its own)."""
         params = {id(p) for p in module.parameters()}
-        return ([(t, None if id(t) in params else self.original(t), id(t) not in params)
+        small = sum(p.numel() * p.element_size() for p in module.parameters()) <= PARAMETER_COPY_LIMIT
+        return ([(t, None if id(t) in params and not small else self.original(t), id(t) not in params)
                  for t in state_tensors(module)], list(module.named_modules(remove_duplicate=True)))
 
     @staticmethod

@@ -87,7 +87,15 @@ def _storages(shape: tuple[int, ...]) -> set[int]:
     return out
 
 
-def test_one_copy_of_the_weights_is_alive():
+@pytest.fixture
+def large(monkeypatch):
+    """Weights treated as a real-width model's: above the size whose parameters the harness copies."""
+    from pytest_export import modstate
+
+    monkeypatch.setattr(modstate, "PARAMETER_COPY_LIMIT", 0)
+
+
+def test_one_copy_of_the_weights_is_alive(large):
     model = Wide()
     result, ctx = _run(model, (torch.randn(4, 24),), dynamic_shapes=BATCH)
     assert result.outcome == "passed", result.failure_text()
@@ -125,11 +133,19 @@ class WritesWeight(torch.nn.Module):
         return self.lin(x)
 
 
-def test_a_forward_that_writes_a_parameter_fails_eager_naming_it():
+def test_a_forward_that_writes_a_parameter_of_a_large_model_fails_eager_naming_it(large):
     result = pytest_export.check(WritesWeight(), (torch.randn(2, 4),))
     eager = result.stages["eager"]
     assert eager.status == "failed", result.failure_text()
     assert "lin.weight" in eager.message and "register_buffer" in eager.message
+
+
+def test_a_small_model_whose_forward_writes_a_parameter_is_undone_and_checked():
+    model = WritesWeight()
+    before = model.lin.weight.detach().clone()
+    result = pytest_export.check(model, (torch.randn(2, 4),))
+    assert result.stages["eager"].status == "passed", result.failure_text()
+    assert torch.equal(model.lin.weight.detach(), before)  # put back after every call
 
 
 class PositionTable(torch.nn.Module):
