@@ -147,7 +147,7 @@ def run(ctx: Context) -> dict[str, Any]:
         f" ({state['modes']['numeric']} numeric, {state['modes']['fake']} fake)" if state["modes"]["fake"] else "")
     if budget.stopped:
         data["budget_spent"] = True
-        data["fewer_because"] = (f"the budget of {budget.seconds:g} s for probing was spent; "
+        data["fewer_because"] = (f"the budget of {budget.seconds:.3g} s for probing was spent; "
                                  "--export-budget / budget= raises it")
     elif state["runs"] < n:
         space = _space(model)
