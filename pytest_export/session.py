@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from . import settings
+from . import settings, timeout
 from .scope import Recorder, empty_shard, folders_of, interrupted, split_of, stopped_of
 
 if TYPE_CHECKING:  # imported where used: a run without --export-check loads none of them
@@ -38,7 +38,6 @@ def session_of(config: pytest.Config) -> ExportSession:
 
 class ExportSession:
     """Registered as a plugin object per config, so its hooks see this session only."""
-
     def __init__(self, config: pytest.Config, is_case: Callable[[pytest.Item], bool] = lambda item: False):
         self.config = config
         self.check: bool = settings.value(config, "export_check")
@@ -330,6 +329,7 @@ class ExportSession:
                 # xdist's controller collects nothing: only its workers see selection, deselection, ignored paths
                 data = {**self.local_session_data(), "scope": self.recorder.worker_data()}
                 self.config.workeroutput["pytest_export"] = to_builtins(data)
+                timeout.ignore_shutdown_interrupt()  # sent next, by xdist: nothing left to stop (#32)
             return
         if not self.check:
             return

@@ -169,3 +169,13 @@ def in_thread(work: Callable[[], None], name: str, grace: float = 2.0,
         raise
     if outcome:
         raise outcome[0]
+
+
+def ignore_shutdown_interrupt() -> None:
+    """An xdist worker whose results are sent ignores SIGINT from then on (issue #32). The controller closes a
+    finished worker's gateway, and execnet sends SIGINT to a worker still tearing down 5 s later: it lands in
+    whatever finalizer pytest's last garbage collection runs, and a green run prints a
+    ``PytestUnraisableExceptionWarning`` with a ``KeyboardInterrupt``. A worker stuck past that is still ended by
+    execnet (``os._exit`` 10 s later); a Ctrl-C before the results are sent still stops the worker."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

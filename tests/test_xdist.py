@@ -189,3 +189,31 @@ def test_to_builtins_makes_workeroutput_sendable():
     assert execnet.loads(execnet.dumps(out)) == out
     with pytest.raises(TypeError, match=r"workeroutput\['x'\]: .*object cannot be sent from an xdist worker"):
         to_builtins({"x": object()})
+
+
+SLOW_TEARDOWN = '''
+import time
+
+class Slow:
+    def __del__(self):
+        time.sleep(0.5)
+
+def pytest_unconfigure(config):
+    """A worker whose last garbage collection finalizes for 6 s: execnet sends it SIGINT after 5."""
+    if hasattr(config, "workerinput"):
+        for _ in range(12):
+            a = Slow()
+            a.me = a
+'''
+
+
+def test_a_green_run_under_xdist_prints_no_interrupt_from_a_worker_tearing_down(pytester):
+    """A worker still tearing down 5 s after its results were sent gets execnet's SIGINT. It landed in whatever
+    finalizer pytest's last garbage collection ran: a green ``-n auto`` shard printed a
+    ``PytestUnraisableExceptionWarning`` with a ``KeyboardInterrupt`` from Hypothesis' internals (#32)."""
+    pytester.makeconftest(SLOW_TEARDOWN)
+    pytester.makepyfile(test_plain="def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    result = pytester.runpytest_subprocess("-n", "2", "--export-check", "-p", "no:cacheprovider")
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == 0, output
+    assert "KeyboardInterrupt" not in output and "Unraisable" not in output, output
