@@ -123,6 +123,56 @@ def test_save_load_that_changes_a_weight_fails_serde(monkeypatch):
     assert "proj.bias" in serde.message
 
 
+def test_the_load_never_holds_a_second_copy_of_the_weights(large, monkeypatch):
+    """torch.export.load reads the whole state dict before it builds the program: the loaded copy and the
+    exported one were both alive for a moment (a real-width case's peak). Read one tensor at a time and
+    replaced by the exported program's, the weights the deserializer gets are the exported program's."""
+    from torch.export.pt2_archive import _package as package
+
+    model = Wide()
+    seen: list[set[int]] = []
+    real = package.ExportedProgramDeserializer
+
+    def spy(*args, **kwargs):  # torch's deserializer class is final: wrapped, not subclassed
+        made = real(*args, **kwargs)
+        deserialize = made.deserialize
+
+        def watched(*a, **k):
+            seen.append(_storages(tuple(model.proj.weight.shape)))
+            return deserialize(*a, **k)
+
+        made.deserialize = watched
+        return made
+
+    monkeypatch.setattr(package, "ExportedProgramDeserializer", spy)
+    result, _ = _run(model, (torch.randn(4, 24),), dynamic_shapes=BATCH)
+    assert result.outcome == "passed", result.failure_text()
+    assert seen == [{model.proj.weight.untyped_storage().data_ptr()}]
+    assert result.stages["serde"].data["weights_streamed"] is True
+
+
+def test_a_weight_the_archive_read_changes_fails_serde_naming_it(monkeypatch):
+    """A defect in reading the weights back (planted in torch's own record reader) is found by the streamed
+    comparison, and the loaded program keeps the changed value."""
+    from torch.export.pt2_archive import _package as package
+
+    real = package._build_file_map
+
+    def build(*args, **kwargs):
+        files = real(*args, **kwargs)
+        for tensor in files.values():
+            if tensor.numel() == 40:  # proj.bias and the scale buffer
+                with torch.no_grad():
+                    tensor.add_(1)
+        return files
+
+    monkeypatch.setattr(package, "_build_file_map", build)
+    result, _ = _run(Wide(), (torch.randn(4, 24),), dynamic_shapes=BATCH)
+    serde = result.stages["serde"]
+    assert serde.status == "failed" and serde.data["signature"] == "weights-changed", result.failure_text()
+    assert "proj.bias" in serde.message and "scale" in serde.message
+
+
 class WritesWeight(torch.nn.Module):
     def __init__(self):
         super().__init__()

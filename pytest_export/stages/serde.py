@@ -5,12 +5,14 @@ it computes what eager computes (``guards`` later checks it accepts and refuses 
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import torch
 
 from ..context import Context, Stage, StageFailure, failing_as
 from ..frames import class_hint
+from ..modstate import same_tensor
 from ..torchlog import repaired_torch_logs
 
 
@@ -32,29 +34,85 @@ def _save_load_compare(ctx: Context) -> dict[str, Any]:
         if not hint:
             raise
         raise StageFailure(f"{failure}{hint}", kind=failure.kind, **failure.data) from failure.__cause__
-    with failing_as(f"torch.export.load from {path.name}", kind="load"):
+    with failing_as(f"torch.export.load from {path.name}", kind="load"), streamed_weights(ctx.ep) as stream:
         loaded = torch.export.load(path)
-    changed = share_weights(ctx.ep, loaded)
+    changed = list(dict.fromkeys(stream.changed + share_weights(ctx.ep, loaded)))
     if changed:
         raise StageFailure(f"save/load changed the program's weights: {', '.join(changed[:5])}"
                            + (f" and {len(changed) - 5} more" if len(changed) > 5 else ""), kind="weights-changed")
     ctx.loaded["file"] = loaded
     worst = ctx.check_program(loaded, "reloaded")
-    return {"bytes": path.stat().st_size, **worst}
+    return {"bytes": path.stat().st_size, "weights_streamed": stream.used, **worst}
+
+
+class _Stream:
+    def __init__(self) -> None:
+        self.used = False  # whether the load went through it (else: torch's own whole-dict load)
+        self.changed: list[str] = []  # weights that differ from the exported program's (they keep the loaded values)
+
+
+@contextlib.contextmanager
+def streamed_weights(ep: Any) -> Iterator[_Stream]:
+    """While ``torch.export.load`` runs, its weights are read one tensor at a time, each by torch's own
+    ``_load_state_dict`` given a one-entry payload config, compared bit for bit with the exported program's and
+    replaced by it: a second copy of the weights never exists, not even for a moment (issue #31; torch reads the
+    whole dict at once). Where torch's archive internals are not as expected (another torch version), torch's own
+    load runs unchanged and ``share_weights`` makes the one copy afterwards."""
+    stream = _Stream()
+    try:
+        from torch.export.pt2_archive import _package as package
+        from torch._export.serde import schema
+
+        original, read_config = package._load_state_dict, package._load_payload_config
+        config_name = package.WEIGHTS_CONFIG_FILENAME_FORMAT
+    except (ImportError, AttributeError):
+        yield stream
+        return
+    mine = {**ep.state_dict}
+
+    def load_state_dict(archive_reader: Any, model_name: str) -> Any:
+        config_file = config_name.format(model_name)
+        if config_file not in archive_reader.get_file_names():
+            return original(archive_reader, model_name)  # a legacy archive: torch's path
+        config = read_config(archive_reader, config_file)
+        out: dict[str, Any] = {}
+        for fqn, meta in config.config.items():
+            one = schema.PayloadConfig(config={fqn: meta})
+            package._load_payload_config = lambda reader, name: one if name == config_file else read_config(reader, name)
+            try:
+                loaded = original(archive_reader, model_name)[fqn]
+            finally:
+                package._load_payload_config = read_config
+            orig = mine.get(fqn)
+            if (isinstance(orig, torch.Tensor) and isinstance(loaded, torch.Tensor)
+                    and same_tensor(loaded.detach(), orig.detach()) and loaded.requires_grad == orig.requires_grad):
+                out[fqn] = orig
+            else:
+                out[fqn] = loaded
+                stream.changed.append(fqn)
+            del loaded
+        stream.used = True
+        return out
+
+    package._load_state_dict = load_state_dict
+    try:
+        yield stream
+    finally:
+        package._load_state_dict = original
 
 
 def share_weights(ep: Any, loaded: Any) -> list[str]:
     """Point the loaded program's parameters, buffers and tensor constants at the exported program's, where they
     are equal bit for bit, so that one copy of the weights stays alive (issue #31); the names of those that
     differ (a save/load defect), which keep their loaded values."""
-    from ..modstate import same_tensor
-
     changed: list[str] = []
     for table in ("state_dict", "constants"):
         mine, theirs = getattr(ep, table), getattr(loaded, table)
         for name, t in list(theirs.items()):
             orig = mine.get(name)
             if not isinstance(t, torch.Tensor) or not isinstance(orig, torch.Tensor):
+                continue
+            if t is orig:
                 continue
             if same_tensor(t.detach(), orig.detach()) and t.requires_grad == orig.requires_grad:
                 theirs[name] = orig
