@@ -7,6 +7,8 @@ file outside the repository."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -187,7 +189,8 @@ def test_the_readme_is_for_users():
     install = text.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
     for extra in ("[xdist]", "[zoo]", "[onnx]"):
         assert extra in install
-    assert 'pip install "pytest-export[xdist]"' in install and "git+<this repository's URL>" in install
+    assert 'pip install "pytest-export[xdist]"' in install
+    assert "git+https://github.com/pytest-export/pytest-export@main" in install
     assert "python -m build" in install and "--index-url https://download.pytorch.org/whl/cpu" in install
     assert ".hypothesis/" in text
 
@@ -205,6 +208,12 @@ def test_develop_holds_the_two_commands_ci_runs():
     develop = README.read_text(encoding="utf-8").split("\n## Develop\n", 1)[1].split("\n## ", 1)[0]
     first, second = re.findall(r"```bash\n(.*?)\n```", develop, re.S)
     assert "pip install" in first and "pytest corpus --export-check" in first
+    # torch's CPU build from PyTorch's CPU index, as its install guide gives it; an unreachable index is given up
+    # at once (no retries) for pip's configured source, and tox.ini takes torch the same way
+    cpu = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu --retries 0 "
+    assert cpu in first and "|| pip install torch==2.13.0;" in first
+    tox = (ROOT / "tox.ini").read_text()
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu --retries 0" in tox
     assert second.startswith(". .venv/bin/activate && ") and "pytest" in second  # works from a new shell
     ci = (ROOT / ".ci" / "run").read_text()
     assert '"\\n## Develop\\n"' in ci and "readme_command 0" in ci and "readme_command 1" in ci
@@ -220,3 +229,18 @@ def test_the_version_is_one():
     version = re.search(r'(?m)^version = "(.+)"$', (ROOT / "pyproject.toml").read_text()).group(1)
     assert pytest_export.__version__ == importlib.metadata.version("pytest-export") == version
     assert f"## {version}" in (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+
+
+def test_numpy_is_a_dependency_so_torch_does_not_warn():
+    """torch's wheels do not require NumPy and warn "Failed to initialize NumPy" on every run without it: it is a
+    dependency of pytest-export, as the README says, and with it installed importing torch does not warn."""
+    import tomllib
+
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(re.match(r"numpy\b", d) for d in dependencies), dependencies
+    assert "NumPy" in README.read_text(encoding="utf-8").split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    code = ("import warnings\nwith warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always')\n    import torch\n"
+            "print([str(w.message) for w in caught if 'NumPy' in str(w.message)])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
