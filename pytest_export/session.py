@@ -373,7 +373,7 @@ class ExportSession:
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        """The end-of-run tables as ``--export-summary`` asks (full, short, off; ``-q``: short): ``summary``."""
+        """The end of the run as ``--export-summary`` asks (not given: one line when green; ``-q``: short)."""
         if self.is_worker or not self.check:
             return
         from .summary import summary_mode, terminal_parts

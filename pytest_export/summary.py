@@ -11,8 +11,8 @@ from typing import Any, Iterable
 
 from .conformance import conformance_table, core_ops_reached, stage_order
 from .util import markdown_table, text_table
-from .verdicts import (FAILING, KNOWN, MARKED, bad_stages, case_column, failing_label, head, stage_column,
-                       verdict_of)
+from .verdicts import (FAILING, KNOWN, MARKED, PASSED, SKIPPED, bad_stages, case_column, failing_label, head,
+                       stage_column, verdict_of)
 
 COLUMNS = ("passed", "failed", "skipped", "xfailed")
 COLUMNS_KNOWN = ("passed", "failed", "known", "skipped", "xfailed")  # where the baseline knows some failures
@@ -182,20 +182,42 @@ def short_of_max_lines(cases: list[dict[str, Any]]) -> list[str]:
 
 
 def summary_mode(given: str, verbose: int) -> str:
-    """``--export-summary``'s value; not given: ``short`` under ``-q``, else ``full``."""
-    return given or ("short" if verbose < 0 else "full")
+    """``--export-summary``'s value; not given: ``short`` under ``-q``, ``full`` under ``-v``, else ``auto`` (one
+    line for a run that needs no attention, else ``full``)."""
+    return given or ("short" if verbose < 0 else "full" if verbose > 0 else "auto")
+
+
+def needs_attention(cases: list[dict[str, Any]], messages: Iterable[str] = ()) -> bool:
+    """Whether the end of a run shows its tables by default: a case that did not pass (a failure, an error, a known
+    failure, an xfail, an XPASS; a skipped case is no news), a pass short of a declared max by numerics, or a line
+    of the baseline's."""
+    return (any(verdict_of(c) not in (PASSED, SKIPPED) for c in cases) or bool(short_of_max_lines(cases))
+            or bool(list(messages)))
+
+
+def green_line(cases: list[dict[str, Any]], torch: str | None, report: str | None = None) -> str:
+    """The whole end of a run that needs no attention: its cases, the stages they passed, the report's path."""
+    ran = [name for name, counts in stage_counts(cases).items() if name != OUTCOME_ROW and counts["passed"]]
+    where = f"; report: {report}" if report else ""
+    return (f"pytest-export: {head(cases)} (torch {torch}); {len(ran)} stage{'s' * (len(ran) != 1)}: "
+            f"{', '.join(ran)}{where}")
 
 
 def terminal_parts(mode: str, cases: list[dict[str, Any]], data: dict[str, Any], *, verbose: bool = False,
                    baseline: str | None = None, messages: Iterable[str] = (), report: str | None = None,
                    lines: str | None = None) -> list[tuple[str | None, str]]:
     """The end of a run as ``(separator title or None, text)`` pairs: ``full`` the tables (the stage table, the
-    conformance table where cases carry tags, the baseline's lines, the report's path), ``short`` one line of
+    conformance table where cases carry tags, the baseline's lines, the report's path), ``auto`` (the default) one
+    line where the run needs no attention (``green_line``) and ``full`` where it does, ``short`` one line of
     verdicts and the report's path with a line per failing case and the baseline's other lines, ``off`` only
     the baseline's lines that fail the run on their own (stale entries)."""
     messages = list(messages)
     torch = data.get("torch")
     out: list[tuple[str | None, str]] = []
+    if mode == "auto":
+        if cases and not needs_attention(cases, messages):
+            return [(None, green_line(cases, torch, report))]
+        mode = "full"
     if mode == "off":
         return [(None, _baseline_line(baseline, m)) for m in messages if m.startswith("stale: ")]
     if mode == "short":
@@ -223,4 +245,5 @@ def terminal_parts(mode: str, cases: list[dict[str, Any]], data: dict[str, Any],
 
 
 __all__ = ["summary_text", "stage_table", "stage_counts", "coverage_summary", "coverage_line", "op_table",
-           "coverage_markdown", "summary_markdown", "non_core_cases", "terminal_parts", "summary_mode"]
+           "coverage_markdown", "summary_markdown", "non_core_cases", "terminal_parts", "summary_mode", "needs_attention",
+           "green_line"]

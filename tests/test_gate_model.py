@@ -163,8 +163,8 @@ def plant(pytester, repo) -> None:
 
 def run(pytester, *args, report="r.json", skip=FAST, xdist=False):
     argv = ["--export-check", "-p", "no:cacheprovider", "--export-baseline", "b.json", "--export-report", report,
-            "--export-skip-stages", skip, *args]
-    if xdist:
+            "--export-skip-stages", skip, "--export-summary=full", *args]  # the tables, even of a green run:
+    if xdist:                                                                # check_words reads them
         return pytester.runpytest_subprocess("-n", "2", *argv)
     return pytester.runpytest("-p", "no:xdist", *argv)
 

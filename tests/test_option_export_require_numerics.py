@@ -42,6 +42,8 @@ def test_a_pass_short_of_its_max_says_so_on_the_terminal(pytester, quiet):
                                  "(rows=* needs ~* > max_memory 256 kB)*"])
     assert "test_full" not in "\n".join(ln for ln in result.outlines if "short of max" in ln)
     assert cases_by_name(data)["test_capped"]["outcome"] == "passed"
+    if not quiet:  # a pass short of its max needs the user's attention: the default summary shows the tables
+        result.stdout.fnmatch_lines(["*= export summary (torch *", "stage *| passed |*"])
 
 
 def test_require_numerics_turns_a_short_pass_into_an_error(pytester):

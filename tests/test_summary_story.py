@@ -302,7 +302,41 @@ def test_summary_off_prints_no_tables_and_writes_every_file(gated):
         assert (gated.path / name).exists(), name
 
 
-def test_full_is_the_default_and_wins_over_q(gated):
+GREEN = '''
+class Scale(torch.nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+    def forward(self, x):
+        return x * self.k
+
+@pytest.mark.exportable(dynamic_shapes={"x": {0: Dim("batch", min=2, max=16)}})
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+def test_scale(k):
+    return Scale(k), (torch.randn(4, 3),)
+'''
+
+
+def test_a_green_run_says_it_in_one_line(pytester):
+    """Every case passed and nothing needs attention: the default end of the run is one line (cases, stages, the
+    report's path); --export-summary=full and -v show the tables."""
+    write_cases(pytester, GREEN)
+    result, data = run_check(pytester, "-p", "no:xdist")
+    assert result.ret == 0 and len(data["cases"]) == 5
+    line = ("pytest-export: 5 cases: 5 passed (torch *); 8 stages: eager, export, compare, serde, decomp, guards, "
+            "fuzz, retrace; report: report.json")
+    result.stdout.fnmatch_lines([line, "*= 5 passed in *"], consecutive=True)
+    assert tables(result) == [] and len(ours(result)) == 1
+    assert not [ln for ln in result.outlines if "decomposition coverage" in ln]
+    for args in (["--export-summary=full"], ["-v"]):
+        result, _ = run_check(pytester, "-p", "no:xdist", *args)
+        result.stdout.fnmatch_lines(["*= export summary (torch *", "5 cases: 5 passed", "stage *| passed |*",
+                                     "pytest-export: report written to report.json*"])
+    result, _ = run_check(pytester, "-p", "no:xdist", "-q")  # -q: the short summary, one line here too
+    assert ours(result) == ["pytest-export: 5 cases: 5 passed; report: report.json"]
+
+
+def test_the_tables_are_the_default_where_a_case_needs_attention(gated):
     for args in ([], ["-q", "--export-summary=full"]):
         result, _ = gate(gated, "-p", "no:xdist", "-k", "ok or broken", *args)
         assert result.ret == 0
