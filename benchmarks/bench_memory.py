@@ -9,6 +9,12 @@ ResNet-50), side by side in one run, each in a fresh interpreter of its own:
 - the harness: ``pytest <the case> --export-check`` with default settings (``-p no:cacheprovider``, the JSON
   report to read the case's verdict and its ``ranges``).
 
+- the same-work floor: the floor, then eager and ``ep.module()`` at the two largest in-range probes the harness
+  ran with real tensors (from ``guards``' ``probe_list`` and the report's ``ranges.largest``, which covers
+  ``fuzz`` too), one at a time under ``torch.no_grad()``:
+  raw torch doing the harness's largest numeric work. A probe larger than the example needs more memory than the
+  example in any check; the harness's peak beside this floor is its own overhead.
+
 Printed per model: the peak resident memory of each process (its ``ru_maxrss``, read with ``wait4``: the child's
 own, not the largest of the run's children), their ratio, the wall time of each process (interpreter start and
 imports included on both sides), the case's verdict, and per declared dim how far the harness checked it.
@@ -57,6 +63,45 @@ with torch.no_grad():
 '''
 
 
+# The same numeric work in raw torch: the floor, then eager and the program at the two largest probes the
+# harness ran with real tensors (by the elements of their inputs), one at a time. A probe larger than
+# the example needs more memory than the example does, in any check: this floor is what that costs.
+SAME_WORK = FLOOR + r'''
+import inspect, json
+from torch.export.dynamic_shapes import _DerivedDim
+
+probes = json.loads(sys.argv[3])  # each: root dim name -> size, as the report's probe_list names them
+inputs = {**dict(enumerate(args)), **kwargs}
+params = list(inspect.signature(model.forward).parameters)
+spec = mark.kwargs.get("dynamic_shapes") or {}
+declared = {(params.index(k) if k in params and k not in kwargs else k): v for k, v in spec.items()}
+
+def size(dim, values):
+    return dim.fn(size(dim.root, values)) if isinstance(dim, _DerivedDim) else values[dim.__name__]
+
+def resized(values):
+    out = dict(inputs)
+    for key, axes in declared.items():
+        for axis, dim in (axes or {}).items():
+            x = out[key]
+            out[key] = torch.index_select(x, axis, torch.arange(size(dim, values)) % x.shape[axis])  # ids stay valid
+    return [out[i] for i in range(len(args))], {k: out[k] for k in kwargs}
+
+def elements(values):
+    a, k = resized(values)
+    return sum(t.numel() for t in [*a, *k.values()] if isinstance(t, torch.Tensor))
+
+program = ep.module()
+for values in sorted(probes, key=elements)[-2:]:
+    a, k = resized(values)
+    with torch.no_grad():
+        out = model(*a, **k)
+        del out
+        out = program(*a, **k)
+        del out, a, k
+'''
+
+
 def run_measured(cmd: list[str], timeout: float = 1800) -> dict:
     """Run ``cmd`` from the repository root: its exit status, wall time, peak RSS (bytes) and output's tail."""
     with tempfile.TemporaryFile("w+") as out:
@@ -75,8 +120,10 @@ def run_measured(cmd: list[str], timeout: float = 1800) -> dict:
     return {"rc": proc.returncode, "wall": wall, "peak": usage.ru_maxrss * 1024, "tail": tail}
 
 
-def floor(test: str) -> dict:
-    return run_measured([sys.executable, "-c", FLOOR, str(ROOT / "corpus" / "zoo"), test])
+def floor(test: str, probes: list[dict[str, int]] | None = None) -> dict:
+    if probes is None:
+        return run_measured([sys.executable, "-c", FLOOR, str(ROOT / "corpus" / "zoo"), test])
+    return run_measured([sys.executable, "-c", SAME_WORK, str(ROOT / "corpus" / "zoo"), test, json.dumps(probes)])
 
 
 def harness(test: str) -> dict:
@@ -86,8 +133,13 @@ def harness(test: str) -> dict:
                             "-p", "no:cacheprovider", "--export-report", str(report)])
         cases = json.loads(report.read_text())["cases"] if report.exists() else []
     case = cases[0] if cases else {}
+    probes = ((case.get("stages") or {}).get("guards") or {}).get("probe_list") or []
+    numeric = [dict((k.strip(), int(v)) for k, v in (part.split("=") for part in p["probe"].split(",")))
+               for p in probes if p.get("mode") == "numeric" and p.get("kind") == "in-range"]
+    largest = ((case.get("ranges") or {}).get("largest") or {}).get("sizes")
+    numeric += [largest] if largest else []  # fuzz's too: the probe predicted to need the most memory
     return {**res, "verdict": case.get("verdict") or case.get("outcome") or "no report",
-            "ranges": (case.get("ranges") or {}).get("dims", [])}
+            "ranges": (case.get("ranges") or {}).get("dims", []), "numeric": numeric}
 
 
 def _gb(n: float) -> str:
@@ -105,29 +157,39 @@ def measure(models: tuple[str, ...] = tuple(MODELS)) -> dict | None:
     for name in models:
         test = MODELS[name]
         f, h = floor(test), harness(test)
-        row = {"name": name, "floor": f, "harness": h, "ratio": h["peak"] / f["peak"] if f["peak"] else None}
-        if f["rc"] != 0:
-            row["error"] = "floor failed: " + (f["tail"].strip().splitlines() or ["?"])[-1]
+        e = floor(test, h["numeric"]) if h["numeric"] and f["rc"] == 0 else {
+            "rc": 1, "peak": 0, "wall": 0.0, "tail": "no numeric probe"}
+        row = {"name": name, "floor": f, "harness": h, "same": e,
+               "ratio": h["peak"] / f["peak"] if f["peak"] else None,
+               "same_ratio": h["peak"] / e["peak"] if e["peak"] else None}
+        if f["rc"] != 0 or e["rc"] != 0:
+            row["error"] = "floor failed: " + ((f if f["rc"] else e)["tail"].strip().splitlines() or ["?"])[-1]
         elif h["verdict"] == "no report":
             row["error"] = f"harness wrote no report (exit {h['rc']}): " + (h["tail"].strip().splitlines() or ["?"])[-1]
         rows.append(row)
-    head = ("model", "floor peak", "harness peak", "ratio", "floor wall", "harness wall", "verdict")
+    head = ("model", "floor peak", "same-work floor", "harness peak", "ratio", "same-work ratio", "floor wall",
+            "harness wall", "verdict")
     body = []
     for r in rows:
-        f, h = r["floor"], r["harness"]
+        f, e, h = r["floor"], r["same"], r["harness"]
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "-"
-        body.append((r["name"], _gb(f["peak"]), _gb(h["peak"]), ratio, f"{f['wall']:.1f} s", f"{h['wall']:.1f} s",
-                     r.get("error") or h["verdict"]))
+        same_ratio = f"{r['same_ratio']:.2f}x" if r["same_ratio"] else "-"
+        body.append((r["name"], _gb(f["peak"]), _gb(e["peak"]), _gb(h["peak"]), ratio, same_ratio,
+                     f"{f['wall']:.1f} s", f"{h['wall']:.1f} s", r.get("error") or h["verdict"]))
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-    fmt = "  " + "  ".join(f"{{:{'<' if i in (0, 6) else '>'}{w}}}" for i, w in enumerate(widths))
+    fmt = "  " + "  ".join(f"{{:{'<' if i in (0, 8) else '>'}{w}}}" for i, w in enumerate(widths))
     lines = [fmt.format(*row).rstrip() for row in (head, *body)]
     for r in rows:
         for d in r["harness"]["ranges"]:
             lines.append(f"  {r['name']}: {coverage_line(d)}")
     ok = [r for r in rows if r["ratio"] and "error" not in r]
     worst = max((r["ratio"] for r in ok), default=None)
+    worst_same = max((r["same_ratio"] for r in ok if r["same_ratio"]), default=None)
     summary = ("harness peak / floor peak: " + ", ".join(f"{r['name']} {r['ratio']:.2f}x" for r in ok)
-               + (f"; worst {worst:.2f}x" if worst else "") + f" (goal <= {GOAL}x)")
+               + (f"; worst {worst:.2f}x" if worst else "") + f" (goal <= {GOAL}x)"
+               + "\n          harness peak / same-work floor (raw torch running its two largest numeric probes): "
+               + ", ".join(f"{r['name']} {r['same_ratio']:.2f}x" for r in ok if r["same_ratio"])
+               + (f"; worst {worst_same:.2f}x" if worst_same else ""))
     return {"name": "memory", "rows": rows, "worst": worst, "text": "\n".join([summary, *lines])}
 
 

@@ -240,9 +240,9 @@ class Costs:
     # dim than one of them costs no more, so it is planned without a fake run of its own (``sizing.plan_for``)
     known: list[tuple[dict[str, int], float, int]] = dataclasses.field(default_factory=list)
     probes: dict[str, int] = dataclasses.field(default_factory=lambda: {FAKE: 0, NUMERIC: 0})
+    largest: dict[str, Any] = dataclasses.field(default_factory=dict)  # the numeric probe predicted to need most
 
-    # the clock -----------------------------------------------------------------------------------
-    # The budget counts probing only (issue #31): the forward calls at sizes other than the example's and the fake
+    # the clock: the budget counts probing only (issue #31): the forward calls at sizes other than the example's and the fake
     # runs that predict their cost. export, compare, save/load, decomp and a stage's own fixed work (a re-export,
     # a compile) do not spend it: on a 12-layer encoder they took 23-31 s of a 30 s budget.
     @contextlib.contextmanager
@@ -358,7 +358,7 @@ class Costs:
                                "budget": self.budget, "budget_spent": round(self.used(), 3),
                                "dims": [{k: v for k, v in row.items() if not k.startswith("_")}
                                         for row in self.coverage.values()]}
-        out.update({k: getattr(self, k) for k in ("fake_problem", "peak_problem") if getattr(self, k)})
+        out.update({k: getattr(self, k) for k in ("fake_problem", "peak_problem", "largest") if getattr(self, k)})
         if self.example is not None and self.example.seconds:
             out["example"] = {"seconds": round(self.example.seconds, 6), "flops": self.example.flops,
                               "peak_bytes": self.real_peak}

@@ -176,7 +176,7 @@ def _plan(ctx: Context, sized: Sized, costs: Any) -> Plan:
     if plan is not None:
         sized.plan = plan
         if sized.in_range:
-            costs.record(sized.dims, plan.mode, plan.why)
+            _record(costs, sized, plan)
         return plan
     measured, ratio, fake_ok = _measure(ctx, sized, costs)
     if ratio is None:
@@ -191,8 +191,15 @@ def _plan(ctx: Context, sized: Sized, costs: Any) -> Plan:
         first = (sized.eager_fake.message.splitlines() or [""])[0][:200] if sized.eager_fake else costs.fake_problem
         plan.why = f"not checked: fake tensors cannot run it ({first}) and numerics do not fit ({plan.why})"
     if sized.in_range:  # an unchecked one too: the dim's coverage line says why numerics stopped (issue #32)
-        costs.record(sized.dims, plan.mode, plan.why)
+        _record(costs, sized, plan)
     return plan
+
+
+def _record(costs: Any, sized: Sized, plan: Plan) -> None:
+    """An in-range probe's coverage, and the report's ``ranges.largest``: the numeric one predicted to need most."""
+    costs.record(sized.dims, plan.mode, plan.why)
+    if plan.mode == NUMERIC and plan.bytes > costs.largest.get("predicted_bytes", 0):
+        costs.largest = {"sizes": {n: size for n, (size, _, _) in sized.dims.items()}, "predicted_bytes": plan.bytes}
 
 
 def plan_edges(ctx: Context, edges: list[Sized]) -> None:

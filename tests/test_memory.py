@@ -242,6 +242,13 @@ def test_the_fixed_cost_stages_do_not_spend_the_budget(monkeypatch):
     assert result.info["ranges"]["budget_spent"] < 5
 
 
+def test_the_report_names_the_numeric_probe_predicted_to_need_the_most_memory():
+    """``ranges.largest``: what the harness's biggest real-tensor check was, for a same-work comparison."""
+    result, _ = _run(Wide(), (torch.randn(4, 24),), dynamic_shapes={"x": {0: Dim("b", min=2, max=300)}})
+    largest = result.info["ranges"]["largest"]
+    assert largest["sizes"] == {"b": 300} and largest["predicted_bytes"] > 0, largest
+
+
 def test_the_budget_clock_counts_probing_only():
     costs = Costs(max_memory=2**30, budget=10.0)
     time.sleep(0.05)  # outside any probe: not counted
