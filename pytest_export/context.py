@@ -203,6 +203,18 @@ class Context:
             raise HarnessError("cannot check the declared ranges: " + "; ".join(au.errors))
         return au
 
+    def mark_relation(self, symbols: list[str], where: str) -> None:
+        """In-range sizes the program refused only together (``h16*w16 == 196``): the rows of those dims say
+        where, and no row says one of them is refused at a size it passes with the others elsewhere (#33)."""
+        au = self._audit
+        if au is None:
+            return
+        for row, sym in zip(au.rows, au.row_symbols):
+            if sym in symbols:
+                row.setdefault("refused_where", where)
+                if row.get("status") == KEPT:
+                    row["status"] = REFUSED_IN_RANGE
+
     def mark_refused(self, symbol: str, values: dict[str, int]) -> None:
         """An in-range size the program refused: the audit table must not still say ``kept`` for its axes."""
         au = self._audit

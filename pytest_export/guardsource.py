@@ -8,10 +8,14 @@ exported program keeps the environment alive through the symbolic sizes of its p
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import os
+import re
 import sys
-from typing import Any
+import weakref
+from typing import Any, Iterator
 
 INSIDE_TORCH = "inside torch"
 
@@ -21,6 +25,38 @@ def _torch_dir() -> str:
     import torch
 
     return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+@functools.cache
+def _own_dir() -> str:
+    return os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+class _TorchFiles(set):
+    """torch's own "uninteresting files", and every other file of torch: a guard's recorded frame is then the
+    innermost one outside torch (the model's, or a library's, line), also for an operator's guard in non-strict
+    export, where torch records the operator's frame."""
+
+    def __contains__(self, filename: object) -> bool:
+        return (isinstance(filename, str) and filename.startswith(_torch_dir())) or set.__contains__(self, filename)
+
+
+@contextlib.contextmanager
+def model_frames() -> Iterator[None]:
+    """While export runs, torch records each guard's frame outside torch (issue #33); elsewhere unchanged. Where
+    torch lacks the hook it patches (another version), export runs as it is."""
+    try:
+        import torch.fx.experimental.symbolic_shapes as shapes
+
+        original = shapes.uninteresting_files
+    except (ImportError, AttributeError):
+        yield
+        return
+    shapes.uninteresting_files = lambda: _TorchFiles(original())
+    try:
+        yield
+    finally:
+        shapes.uninteresting_files = original
 
 
 def shape_env_of(ep: Any) -> Any:
@@ -64,7 +100,7 @@ def source_of(guard: Any) -> str:
     """``"model.py:12 in forward: `if x.shape[0] >= 3:`"``, or the frame inside torch that added the guard."""
     frame = getattr(guard.sloc, "framework_loc", None)
     user = (getattr(guard.sloc, "maybe_user_loc", None) or "").strip()
-    if frame is not None and not os.path.abspath(frame.filename).startswith(_torch_dir()):
+    if frame is not None and not os.path.abspath(frame.filename).startswith((_torch_dir(), _own_dir())):
         line = (frame.line or "").strip()
         return f"{_shown(frame.filename)}:{frame.lineno} in {frame.name}" + (f": `{line}`" if line else "")
     if user:  # "code  # file:line in name"
@@ -73,9 +109,153 @@ def source_of(guard: Any) -> str:
             file, _, rest = where.strip().partition(":")
             return f"{_shown(_full_path(file))}:{rest}: `{code.strip()}`"
         return user
-    if frame is not None:  # non-strict export records no frame of the model for an operator's guard
+    if frame is not None and not os.path.abspath(frame.filename).startswith(_own_dir()):  # an operator's, in torch
         return f"{INSIDE_TORCH} ({_shown(frame.filename)}:{frame.lineno} in {frame.name})"
     return "(no source recorded)"
+
+
+@dataclasses.dataclass
+class Recorded:
+    """export's guards as torch recorded them: ``(expr, source)`` in the order added, the substitutions export made
+    for derived dims (``s0 -> 16*s78``: their ``Eq`` guards hold at every declared size and are dropped), and the
+    example's value of every symbol."""
+
+    guards: list[tuple[Any, str]]
+    replacements: dict[Any, Any]
+    hints: dict[Any, Any]
+
+
+_RECORDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def record_of(ep: Any) -> Recorded | None:
+    """export's guards of ``ep``, read the first time (the export stage asks right after export); None where torch
+    kept no shape environment. Never raises: a pointer for a message, never a verdict."""
+    try:
+        if ep not in _RECORDS:
+            _RECORDS[ep] = _record(ep)
+        return _RECORDS[ep]
+    except Exception:  # noqa: BLE001 - torch-internal records
+        return None
+
+
+def _record(ep: Any) -> Recorded | None:
+    import sympy
+
+    env = shape_env_of(ep)
+    if env is None:
+        return None
+    hints = _hints(env)
+    replacements = dict(getattr(env, "replacements", {}))
+    guards = []
+    for guard in list(getattr(env, "guards", [])):
+        expr = guard.expr
+        if isinstance(expr, sympy.Eq) and replacements.get(expr.lhs) == expr.rhs:
+            continue  # export's own substitution for a derived dim
+        guards.append((expr, source_of(guard)))
+    return Recorded(guards, replacements, hints)
+
+
+def _hints(env: Any) -> dict[Any, Any]:
+    """The example's value of every symbol of ``env``."""
+    import sympy
+
+    values = getattr(env, "backed_var_to_val", None)  # torch 2.13's name; var_to_val before it (deprecated)
+    if values is None:
+        values = getattr(env, "var_to_val", {})
+    return {s: sympy.Integer(int(v)) for s, v in values.items() if getattr(v, "is_number", False)}
+
+
+def substituted(rec: Recorded, expr: Any) -> Any:
+    for _ in range(8):  # replacements chain (s0 -> 16*s78); a few rounds reach the roots
+        nxt = expr.xreplace(rec.replacements)
+        if nxt == expr:
+            break
+        expr = nxt
+    return expr
+
+
+def holds(rec: Recorded, expr: Any, point: dict[Any, Any]) -> bool | None:
+    """Whether ``expr`` holds with the roots at ``point`` (the others at the example's values); None where it
+    cannot be decided (a symbol the declaration does not vary: unbacked, data-dependent)."""
+    import sympy
+
+    try:
+        value = substituted(rec, expr).xreplace({**rec.hints, **point})
+        if value.free_symbols:
+            return None
+        return bool(value)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+_VIOLATION = re.compile(r"Not all values of (\w+) = (.+?) in the specified range (.+?) satisfy the generated guard")
+
+
+def violation_sources(exc: BaseException, limit: int = 4) -> list[str]:
+    """For a constraint violation: the lines that added the guards torch could not prove over a declared range,
+    each with one such guard in the dim's name (``models/cnn.py:7 in forward: `...` (Eq(128*h, 256*(h//2)))``).
+    Read from the shape environment export failed in (a local of the frames the exception passed through).
+    Empty where torch kept no record. Never raises."""
+    try:
+        return _violation_sources(exc, limit)
+    except Exception:  # noqa: BLE001 - torch-internal records; the message without them is still right
+        return []
+
+
+def _env_in(exc: BaseException) -> Any:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    seen: list[BaseException] = []
+    x: BaseException | None = exc
+    while x is not None and x not in seen:
+        seen.append(x)
+        tb = x.__traceback__
+        while tb is not None:
+            for v in list(tb.tb_frame.f_locals.values()):
+                env = v if isinstance(v, ShapeEnv) else getattr(v, "shape_env", None)
+                if isinstance(env, ShapeEnv):
+                    return env
+            tb = tb.tb_next
+        x = x.__cause__ or x.__context__
+    return None
+
+
+def _source_name(source: Any) -> str:
+    name = getattr(source, "name", "")
+    return name() if callable(name) else str(name)  # a property in torch 2.13, a method before
+
+
+def _violation_sources(exc: BaseException, limit: int) -> list[str]:
+    import sympy
+
+    found = _VIOLATION.findall(str(exc))
+    env = _env_in(exc) if found else None
+    if env is None:
+        return []
+    by_source = {_source_name(src): sym for sym, srcs in getattr(env, "var_to_sources", {}).items() for src in srcs}
+    rec = Recorded([(g.expr, source_of(g)) for g in env.guards], dict(getattr(env, "replacements", {})), _hints(env))
+    out: dict[str, str] = {}
+    for name, source, text in dict.fromkeys(found):
+        sym = by_source.get(source.strip())
+        if sym is None:  # strict export names the inputs L['flat_args'][i]: the one symbol of that axis, if one
+            axis = source.strip()[source.strip().rfind(".size()"):]
+            hits = {v for k, v in by_source.items() if k.endswith(axis)}
+            sym = hits.pop() if len(hits) == 1 else None
+        bounds = [int(b) for b in re.findall(r"-?\d+", text)]
+        if sym is None or not bounds:
+            continue
+        lo, hi = (bounds[0], bounds[-1]) if len(bounds) > 1 else (2, bounds[0])
+        sizes = sorted({lo, hi, *range(lo, min(hi, lo + 64) + 1), *range(max(lo, hi - 8), hi + 1)})
+        for expr, where in rec.guards:
+            if where in out or sym not in substituted(rec, expr).free_symbols:
+                continue
+            if any(holds(rec, expr, {sym: sympy.Integer(x)}) is False for x in sizes):
+                shown = substituted(rec, expr).xreplace({sym: sympy.Symbol(name, integer=True)})
+                out[where] = f"{where} (`{shown}`)"
+        if len(out) >= limit:
+            break
+    return list(out.values())[:limit]
 
 
 def refusing_guards(ep: Any, symbol: str, value: int, limit: int = 3) -> list[str]:
@@ -89,34 +269,22 @@ def refusing_guards(ep: Any, symbol: str, value: int, limit: int = 3) -> list[st
 
 
 def _refusing_guards(ep: Any, symbol: str, value: int, limit: int) -> list[str]:
-    env = shape_env_of(ep)
-    if env is None:
-        return []
     import sympy
 
-    values = getattr(env, "backed_var_to_val", None)  # torch 2.13's name; var_to_val before it (deprecated)
-    if values is None:
-        values = getattr(env, "var_to_val", {})
-    hints = {s: sympy.Integer(int(v)) for s, v in values.items() if getattr(v, "is_number", False)}
-    target = next((s for s in hints if str(s) == symbol), None)
+    rec = record_of(ep)
+    if rec is None:
+        return []
+    target = next((s for s in rec.hints if str(s) == symbol), None)
     if target is None:
         return []
-    subs = {**hints, target: sympy.Integer(value)}
     out: list[str] = []
-    seen: set[str] = set()
-    for guard in getattr(env, "guards", []):
-        expr = guard.expr
-        if target not in getattr(expr, "free_symbols", ()):
-            continue
-        try:
-            holds = bool(expr.xreplace(subs))
-        except (TypeError, ValueError, ZeroDivisionError):
+    for expr, source in rec.guards:
+        if target not in substituted(rec, expr).free_symbols or holds(rec, expr, {target: sympy.Integer(value)}) is not False:
             continue
         text = str(expr)
-        if holds or text in seen:
+        if any(o.startswith(f"`{text}`") for o in out):
             continue
-        seen.add(text)
-        out.append(f"`{text}` from {source_of(guard)}")
+        out.append(f"`{text}` from {source}")
         if len(out) == limit:
             break
     if out and all(INSIDE_TORCH in o for o in out):
@@ -124,4 +292,5 @@ def _refusing_guards(ep: Any, symbol: str, value: int, limit: int) -> list[str]:
     return out
 
 
-__all__ = ["INSIDE_TORCH", "shape_env_of", "source_of", "refusing_guards"]
+__all__ = ["INSIDE_TORCH", "Recorded", "model_frames", "violation_sources", "record_of", "holds", "substituted",
+           "shape_env_of", "source_of", "refusing_guards"]

@@ -159,7 +159,8 @@ def shapes_table(rows: list[dict[str, Any]]) -> str:
 
     body = [(f"{r['input']}" + ("" if r["axis"] is None else f".shape[{r['axis']}]"), str(r["declared"]),
              rng(r["declared_range"]), str(r["achieved"]), rng(r["achieved_range"]),
-             r["status"] + (f" (refuses {r['refused_at']})" if r.get("refused_at") is not None else "")
+             r["status"] + (f" (refuses {r['refused_at']})" if r.get("refused_at") is not None else
+                            f" (refused where {r['refused_where']})" if r.get("refused_where") else "")
              + (f" (= {', '.join(r['equal_to'])})" if r.get("equal_to") else "")) for r in rows]
     return text_table(("axis", "declared", "declared range", "achieved", "achieved range", "status"), body)
 

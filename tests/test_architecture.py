@@ -26,6 +26,7 @@ LAYERS: list[list[str]] = [
     ["util", "modstate", "ops", "timeout", "torchlog", "cost", "frames", "training", "reproscript", "reprochecks"],
     # the vocabulary: options and keywords, the result model, a run's scope, draft-export diagnosis
     ["options", "results", "scope", "diagnose", "guardsource", "verdicts", "reprosource"],
+    ["refusal"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance)
     ["case", "compare", "baseline", "tags", "variants", "conformance"],
     # the declaration, one observed forward call, session settings, the gate, text summaries

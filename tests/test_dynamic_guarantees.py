@@ -487,15 +487,16 @@ def test_a_guards_failure_names_where_the_guard_came_from():
     assert "but export kept only [3, 32] (a branch or check on the size narrowed it); the guard that narrowed it: `" \
         in message, message
     assert f"test_dynamic_guarantees.py:{line} in forward: `if x.shape[0] >= 3:" in message, message
-    # an operator's guard (reshape needs whole groups of 4): non-strict export records torch's frame, strict the
-    # model's line that called the operator
+    # an operator's guard (reshape needs whole groups of 4): the model's line that called the operator, in strict
+    # and non-strict export alike (non-strict recorded torch's own frame before issue #33)
     line = inspect.getsourcelines(ReshapeByFour.forward)[1] + 3
-    for strict, where in ((False, "from inside torch (torch"), (True, f"test_dynamic_guarantees.py:{line} in forward: "
-                                                                      "`return x.reshape(-1, 4).sum(1)`")):
+    where = f"test_dynamic_guarantees.py:{line} in forward: `return x.reshape(-1, 4).sum(1)`"
+    for strict in (False, True):
         res = check(ReshapeByFour(), (torch.randn(8, 2),), dynamic_shapes={"x": {0: Dim.DYNAMIC(min=4, max=32)}},
                     strict=strict)
         guards = res.stages["guards"]
         assert guards.status == "failed"
-        assert "- where: x.shape[0]=5 is refused by `" in guards.message and where in guards.message, guards.message
-        assert list(guards.data["guard_sources"].values())[0][0].startswith("`Eq(Mod(")
-    assert "export with strict=True to see the model's line" not in guards.message
+        assert "- refused where Mod(2*x.shape[0], 4) != 0" in guards.message, guards.message
+        assert "the guard was added at " in guards.message and where in guards.message, guards.message
+        assert list(guards.data["guard_sources"].values())[0].endswith(where)
+        assert "inside torch" not in guards.message and "strict=True to see" not in guards.message

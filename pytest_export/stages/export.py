@@ -19,6 +19,8 @@ import torch
 
 from ..context import Context, Stage, StageFailure
 from ..frames import class_hint, frames_data, located
+from ..guardsource import model_frames, record_of, violation_sources
+from ..refusal import model_fix
 from ..modstate import changed_since, versions
 from ..observe import clone_inputs, preserved_python_state
 from ..timeout import CaseTimeout
@@ -42,20 +44,21 @@ def run(ctx: Context) -> dict[str, Any]:
         if ctx.options.preserve_module_call_signature:
             extra["preserve_module_call_signature"] = tuple(ctx.options.preserve_module_call_signature)
         # tracing runs forward in Python: Python attributes it sets are put back (compare reports them)
-        with quiet_trace_logs(), preserved_python_state(module), _stderr_once():
+        with quiet_trace_logs(), preserved_python_state(module), _stderr_once(), model_frames():
             ctx.ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=ctx.options.strict,
                                          **extra)
     except Exception as exc:
         export_s = time.perf_counter() - started
         data: dict[str, Any] = {"exception": type(exc).__name__, **frames_data(exc)}
         # the model's frames where torch's text does not show them; a class pytree does not know, named
-        text = located(describe_exception(exc), exc) + (_class_hint(ctx, exc) or export_hint(exc))
+        text = located(describe_exception(exc), exc) + _guard_lines(exc) + (_class_hint(ctx, exc) or export_hint(exc))
         if ctx.options.diagnose:
             text += "\n\n" + _diagnosis(ctx, exc, dynamic_shapes, data, export_s)
         elif ctx.options.diagnose_skipped:  # known or expected (--export-diagnose=auto: issue #26)
             text += "\n\n" + ctx.options.diagnose_skipped
             data["diagnosis_skipped"] = ctx.options.diagnose_skipped
         raise StageFailure(text.rstrip(), kind=type(exc).__name__, **data)
+    record_of(ctx.ep)  # export's guards, read before later stages add their own to its shape environment (#33)
     changed = changed_since(before, ctx.keeper)
     data = {
         "nodes": sum(1 for _ in ctx.ep.graph.nodes),
@@ -185,6 +188,16 @@ def _class_hint(ctx: Context, exc: BaseException) -> str:
     except Exception:  # noqa: BLE001 - the inputs alone then
         outputs = None
     return class_hint(exc, outputs, (ctx.case.args, ctx.case.kwargs))
+
+
+def _guard_lines(exc: BaseException) -> str:
+    """The model's lines that added the guards a constraint violation names, as torch recorded them (#33)."""
+    lines = violation_sources(exc)
+    if not lines:
+        return ""
+    hints = [h for h in dict.fromkeys(model_fix(ln.split(" (`", 1)[0]) for ln in lines) if h]
+    return ("\nthe guards torch could not prove over the declared range were added at:\n"
+            + "\n".join(f"  {ln}" for ln in lines) + "".join(f"\n{h}" for h in hints))
 
 
 def export_hint(exc: BaseException) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
 from ..strategies import BuilderError, assignments, boundary_assignments, shapes_of
-from ..probing import (REFUSED_IN_RANGE, UNCHECKED, WRONG_IN_RANGE, blame, has_small_size, in_range_problem, plan_for,
+from ..probing import (REFUSED_IN_RANGE, UNCHECKED, WRONG_IN_RANGE, has_small_size, in_range_problem, mark_refusal, plan_for,
                        run_program, sized)
 from ..timeout import checkpoint
 from ..util import describe_exception, plural
@@ -254,8 +254,7 @@ def _report(ctx: Context, state: dict[str, Any], exc: BaseException, boundary: b
     if kind == REFUSED_IN_RANGE and found.get("symbols"):
         # one case, one story: the audit table shows the axes whose in-range sizes the program refused, each
         # blamed only where its own change is refused (issue #24)
-        for symbol in blame(ctx, ctx.audit().model, found["symbols"]):
-            ctx.mark_refused(symbol, found["symbols"])
+        mark_refusal(ctx, ctx.audit().model, found["symbols"])
     return StageFailure(msg, kind=kind, examples=state["runs"], counterexample=found)
 
 

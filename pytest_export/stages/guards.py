@@ -21,9 +21,11 @@ from typing import Any
 from ..context import Context, Stage, StageFailure
 from ..fixes import check, propose, tie_lines
 from ..guardsource import refusing_guards
+from ..refusal import Explanation, model_fix
 from ..util import plural
-from ..probing import (ACCEPTED, EAGER_RAISED_IN_RANGE, FAKE, RAISED, REFUSED_IN_RANGE, UNCHECKED, blame,
-                       has_small_size, in_range_probes, in_range_problem, mismatch, out_of_range_probes, plan_edges,
+from ..probing import (ACCEPTED, EAGER_RAISED_IN_RANGE, FAKE, RAISED, REFUSED_IN_RANGE, UNCHECKED,
+                       has_small_size, in_range_probes, in_range_problem, mark_refusal, mismatch, out_of_range_probes,
+                       plan_edges,
                        run_eager, run_program, sized)
 
 
@@ -44,6 +46,7 @@ def run(ctx: Context) -> dict[str, Any]:
     probes = in_range_probes(ctx, model) + out_of_range_probes(ctx, model)
     verdicts: list[str] = []
     refused_in: dict[str, list[tuple[int, str]]] = {}  # in-range sizes the program refused, per symbol
+    explained: list[Explanation] = []  # the guards behind each refused probe, as torch recorded them (#33)
     accepted_in: dict[str, set[int]] = {}
     eager_moved: set[str] = set()  # symbols moved by probes where eager itself raised
     inputs = [sized(ctx, model, p.values, p) for p in probes]
@@ -69,9 +72,12 @@ def run(ctx: Context) -> dict[str, Any]:
                     if problem.kind == EAGER_RAISED_IN_RANGE:
                         eager_moved.update(s for s, x in probe.values.items() if x != model.example_values().get(s))
                     if problem.kind == REFUSED_IN_RANGE and probe.kind == "in-range":
-                        # the axis whose own change the program refuses, varied one at a time from the example
-                        for symbol in blame(ctx, model, probe.values):
-                            ctx.mark_refused(symbol, probe.values)
+                        # the dims whose sizes the program refuses: by torch's guards (a relation blames none
+                        # alone), else each varied one at a time from the example
+                        why, symbols = mark_refusal(ctx, model, probe.values)
+                        if why is not None:
+                            explained.append(why)
+                        for symbol in symbols:
                             refused_in.setdefault(symbol, []).append((probe.values[symbol], got.message))
                 elif probe.kind == "in-range":
                     for v in model.vars:
@@ -132,8 +138,17 @@ def run(ctx: Context) -> dict[str, Any]:
         data["eager_rejects"] = list(ctx.eager_rejects)
     if any("below_min" in r for r in records):
         data["below_min"] = [{"probe": r["probe"], "what": r["below_min"]} for r in records if "below_min" in r]
+    names = {v.symbol: "/".join(v.names) for v in model.vars}
+    said: set[str] = set()
+    for why in explained:
+        text = why.text(names)
+        if text in said or any(w in f for f, _ in failures for w in why.where):  # named already (the audit)
+            continue
+        said.add(text)
+        data.setdefault("guard_sources", {}).update({w: src for w, src in zip(why.where, why.sources)})
+        failures.append((text, REFUSED_IN_RANGE))
     for v in model.vars:
-        if refused_in.get(v.symbol):
+        if refused_in.get(v.symbol) and not any(v.symbol in why.symbols for why in explained):
             size = refused_in[v.symbol][0][0]
             culprits = refusing_guards(ctx.ep, v.symbol, size)
             if culprits:
@@ -155,13 +170,35 @@ def run(ctx: Context) -> dict[str, Any]:
             data["dynamic_shapes_fix"] = "\n".join(f.source for f in fixes)
         else:
             data["fix_problem"] = checked.text
-        failures.append((checked.text, kind))
+        failures.append((checked.text + gives_up(explained, names, fixes), kind))
+    hints = [h for h in dict.fromkeys(model_fix(line) for why in explained for line in why.user_lines) if h]
+    if hints:
+        data["model_fix"] = hints
+        failures += [(h, kind) for h in hints]
     if failures:
         raise StageFailure("\n".join(f"- {f}" for f, _ in failures), kind=failures[0][1], **data)
     modes = f" ({data['modes']['numeric']} numeric, {data['modes']['fake']} fake)" if data["modes"]["fake"] else ""
     data["message"] = (f"{plural(len(probes), 'probe')}{modes}: {accepted} accepted, {data['refused']} refused"
                        + (f", {raised} raised inside" if raised else "") + (f", {unchecked} not checked" if unchecked else ""))
     return data
+
+
+def gives_up(explained: list[Explanation], names: dict[str, str], fixes: list[Any]) -> str:
+    """What a narrowing fix gives up where the program refuses only a relation between dims (torch's ``Dim``
+    cannot exclude ``h16*w16 == 196``): the sizes it drops that the program accepts with other sizes elsewhere."""
+    lines = []
+    roots = {r for f in fixes for r in f.roots}
+    for why in explained:
+        if not why.relation:
+            continue
+        for alone in why.alone:
+            name = alone.split("=", 1)[0]
+            if name in roots and " is accepted with " in alone:
+                size, other = alone.split("=", 1)[1].split(" is accepted with ")
+                lines.append(f"(this fix gives up {name}={size} at every size of the others, though the program "
+                             f"refuses it only where {why.where[0]}: it accepts {name}={size} with {other}; no Dim "
+                             "excludes a relation)")
+    return "".join("\n" + ln for ln in dict.fromkeys(lines))
 
 
 STAGE = Stage("guards", run, needs=("eager", "export", "compare"))
