@@ -75,11 +75,14 @@ def shape_env_of(ep: Any) -> Any:
 
 
 def _shown(path: str) -> str:
-    """A path as a message shows it: inside torch from ``torch/``, else relative to the working directory
-    where it lies under it."""
+    """A path as a message shows it: inside torch from ``torch/``, an installed library's from its package
+    (``transformers/models/vit/modeling_vit.py``), else relative to the working directory where it lies under it."""
     path = os.path.abspath(path)
     if path.startswith(_torch_dir()):
         return "torch" + os.sep + path[len(_torch_dir()):]
+    for root in sys.path:
+        if root.endswith(("site-packages", "dist-packages")) and path.startswith(os.path.join(root, "")):
+            return path[len(os.path.join(root, "")):]
     try:
         shown = os.path.relpath(path)
     except ValueError:  # another drive (Windows)
