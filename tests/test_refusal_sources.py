@@ -51,11 +51,24 @@ class CNN(torch.nn.Module):
         return self.pool(y)
 '''
 
+# A branch on a tensor's values: a data-dependent error, in strict and non-strict export.
+GATE = '''
+import torch
+
+
+class Gate(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x
+'''
+
 CASES = '''
 import pytest, torch
 from torch.export import Dim
 from shortcut_lib import Patches
 from cnn_models.cnn import CNN
+from cnn_models.gate import Gate
 
 
 class ViTLike(torch.nn.Module):
@@ -89,6 +102,16 @@ def test_cnn():
 @pytest.mark.exportable(strict=True, dynamic_shapes={"images": {2: Dim("h", min=4, max=64)}})
 def test_cnn_strict():
     return CNN(), (torch.randn(1, 3, 16, 16),)
+
+
+@pytest.mark.exportable
+def test_gate():
+    return Gate(), (torch.randn(8),)
+
+
+@pytest.mark.exportable(strict=True)
+def test_gate_strict():
+    return Gate(), (torch.randn(8),)
 '''
 
 
@@ -99,12 +122,13 @@ class Run:
 
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory):
-    """One real pytest run over the four cases, in a fresh process (the model files are modules of its own)."""
+    """One real pytest run over the six cases, in a fresh process (the model files are modules of its own)."""
     root = tmp_path_factory.mktemp("refusals")
     (root / "shortcut_lib.py").write_text(SHORTCUT_LIB)
     (root / "cnn_models").mkdir()
     (root / "cnn_models" / "__init__.py").write_text("")
     (root / "cnn_models" / "cnn.py").write_text(CNN)
+    (root / "cnn_models" / "gate.py").write_text(GATE)
     (root / "test_refusals.py").write_text(CASES)
     proc = subprocess.run([sys.executable, "-m", "pytest", "--export-check", "--export-report", "report.json",
                            "-p", "no:cacheprovider", "--export-skip-stages", "fuzz,retrace", "--rootdir", str(root)],
@@ -131,6 +155,9 @@ def test_refusals_and_violations_name_the_models_line(outcome):
         assert "the guards torch could not prove over the declared range were added at:" in text, text
         assert "cnn.py:19 in forward: `if y.shape[2] > 32:` (`h <= 32`)" in text, text
         assert "cnn.py:8 in forward: `return x.reshape(b, c, h // 2, 2, w).amax(3)`" in text, text
+    for name in ("test_gate", "test_gate_strict"):  # a data-dependent error: torch's message names the line
+        text = cases[name]["stages"]["export"]["message"]
+        assert 'cnn_models/gate.py", line 7, in forward' in text, text
 
 
 def test_a_refusal_of_two_dims_together_is_blamed_on_both_with_the_sizes_each_takes_alone(outcome):
