@@ -34,7 +34,7 @@ from ..context import Context, Stage, StageFailure, StageSkip
 from ..cost import PROBE_BUDGET_SHARE, format_bytes
 from ..observe import Observation, random_note, without_random
 from ..ops import random_outputs
-from ..probing import Probe, out_of_range_probes, sized
+from ..probing import deployment_sizes
 from ..results import FAILED, XFAILED, HarnessError
 from ..util import describe_exception, plural
 
@@ -46,7 +46,6 @@ DIAGNOSTIC_CHARS = 1500
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NO_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([^']+)', overload='([^']+)'\)>")
 _NODE = re.compile(r"Error when translating node %\S+ : .*?target=(?:torch\.ops\.)?([\w.:]+)")
-_PAIR = re.compile(r"(?:^|, )([^=]+?)=(-?\d+)(?=, |$)")
 _AT_INPUT = ("Got invalid dimensions", "Invalid rank", "Unexpected input data type")
 _NUMPY = {"tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(float)": "float32",
           "tensor(double)": "float64", "tensor(bool)": "bool"}
@@ -247,7 +246,7 @@ class _Checks:
         want = ctx.reference() if exported_ok else ctx.program_on(ctx.ep, args, kwargs)
         self.compare("the example inputs", args, kwargs, want, against)
         self.dynamic_axes()
-        inside, outside = self.sizes()
+        inside, outside = deployment_sizes(ctx)
         allowance = ctx.options.budget * PROBE_BUDGET_SHARE if ctx.options.budget else None
         t0, checked, left = time.perf_counter(), [], 0
         for label, probe in inside[:MAX_SIZE_CHECKS]:
@@ -306,51 +305,6 @@ class _Checks:
         if lost:
             raise StageFailure("declared-dynamic axes lost in conversion:\n" + "\n".join(f"- {x}" for x in lost),
                                kind="static-axis", lost_axes=lost, **self.finish())
-
-    def sizes(self) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
-        """The in-range sizes ``guards`` and ``fuzz`` ran numeric (program right there), and the out-of-range ones
-        ``guards`` ran numeric that the program refused: (label, ``Sized`` inputs) each."""
-        ctx = self.ctx
-        au = ctx.audit() if ctx.declaration is not None else None
-        if au is None:
-            return [], []
-        model = au.model
-        by_name = {n: v.symbol for v in model.vars for n in v.names}
-        everything = {v.symbol for v in model.vars}
-        seen: list[dict[str, int]] = []
-        inside: list[tuple[str, Any]] = []
-        outside: list[tuple[str, Any]] = []
-
-        def add(values: dict[str, int]) -> None:
-            if values and set(values) == everything and values not in seen:
-                seen.append(values)
-                text = ", ".join(f"{n}={v}" for n, v in model.named(values).items())
-                inside.append((f"sizes {text}", sized(ctx, model, values, record=False)))
-
-        guards = ctx.result.stages.get("guards")
-        additional = iter(ctx.declaration.additional)
-        out_of_range = None
-        for rec in guards.data.get("probe_list", []) if guards is not None else []:
-            numeric, kind = rec.get("mode") == "numeric", rec.get("kind")
-            given = next(additional, None) if kind == "additional" else None
-            if not numeric or "finding" in rec:
-                continue
-            if kind == "in-range" and rec.get("program") == "accepted":
-                add({by_name[n]: int(v) for n, v in _PAIR.findall(rec["probe"]) if n in by_name})
-            elif kind == "additional" and given is not None and rec.get("program") == "accepted":
-                probe = Probe(rec["probe"], {}, {}, "additional", (tuple(given[0]), dict(given[1])))
-                inside.append((rec["probe"], sized(ctx, model, {}, probe, record=False)))
-            elif kind in ("max", "min", "relation", "static") and rec.get("program") == "refused":
-                if out_of_range is None:
-                    out_of_range = {p.description: p for p in out_of_range_probes(ctx, model)}
-                p = out_of_range.get(rec["probe"])
-                if p is not None:
-                    outside.append((p.description, sized(ctx, model, p.values, p, record=False)))
-        fuzz = ctx.result.stages.get("fuzz")
-        for drawn in fuzz.data.get("drawn", []) if fuzz is not None else []:
-            if drawn.get("mode") == "numeric":
-                add({by_name[n]: int(v) for n, v in drawn.items() if n in by_name})
-        return inside, outside
 
     def refusals(self, outside: list[tuple[str, Any]], t0: float, allowance: float | None) -> tuple[int, list[str]]:
         """Out-of-range sizes the program refused, in ONNX Runtime: (how many it refused, those it accepted)."""
