@@ -18,6 +18,7 @@ import weakref
 from typing import Any, Iterator
 
 INSIDE_TORCH = "inside torch"
+NO_SOURCE = "(no source recorded)"
 
 
 @functools.cache
@@ -114,7 +115,7 @@ def source_of(guard: Any) -> str:
         return user
     if frame is not None and not os.path.abspath(frame.filename).startswith(_own_dir()):  # an operator's, in torch
         return f"{INSIDE_TORCH} ({_shown(frame.filename)}:{frame.lineno} in {frame.name})"
-    return "(no source recorded)"
+    return NO_SOURCE
 
 
 @dataclasses.dataclass
@@ -295,5 +296,5 @@ def _refusing_guards(ep: Any, symbol: str, value: int, limit: int) -> list[str]:
     return out
 
 
-__all__ = ["INSIDE_TORCH", "Recorded", "model_frames", "violation_sources", "record_of", "holds", "substituted",
+__all__ = ["INSIDE_TORCH", "NO_SOURCE", "Recorded", "model_frames", "violation_sources", "record_of", "holds", "substituted",
            "shape_env_of", "source_of", "refusing_guards"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .guardsource import INSIDE_TORCH, Recorded, holds, record_of, substituted
+from .guardsource import INSIDE_TORCH, NO_SOURCE, Recorded, holds, record_of, substituted
 
 
 def _relation_text(expr: Any) -> str:
@@ -43,7 +43,8 @@ class Explanation:
         for w, src in zip(self.where, self.sources):
             by_source.setdefault(src, []).append(w)
         parts = [f"refused where {ws[0]}" + (f" (and {len(ws) - 1} more guards of that line)" if len(ws) > 1 else "")
-                 + f": the guard was added at {src}" for src, ws in by_source.items()]
+                 + (f": the guard was added at {src}" if src != NO_SOURCE else ": torch recorded no line for it")
+                 for src, ws in by_source.items()]
         out = "; ".join(parts)
         if self.relation:
             out += f": a relation between {dims}, no size of one alone" + (
