@@ -10,7 +10,7 @@ import dataclasses
 import difflib
 from typing import Any, Callable
 
-from .util import comma_list
+from .util import comma_list, condition_holds, condition_problem
 
 STAGES = ("export", "compare", "serde", "decomp", "guards", "fuzz", "retrace", "unflatten", "cuda", "aoti",
           "onnx")
@@ -81,28 +81,6 @@ def _reason_problem(value: Any, where: str) -> str | None:
     if not isinstance(value, str) or not value.strip():
         return f"needs a non-empty reason string for {where}"
     return None
-
-
-def condition_problem(text: Any) -> str | None:
-    """What is wrong with a torch-version condition (``"torch<2.14"``, ``"torch>=2.13,<2.15"``); None if right."""
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
-    if not isinstance(text, str) or not text.strip().startswith("torch"):
-        return "write it as torch followed by version specifiers, e.g. \"torch<2.14\" or \"torch>=2.14\""
-    try:
-        SpecifierSet(text.strip()[len("torch"):].strip())
-    except InvalidSpecifier as exc:
-        return f"{exc}; e.g. \"torch<2.14\""
-    return None
-
-
-def condition_holds(text: str, torch_version: str) -> bool:
-    """Whether ``torch_version`` (``2.13.0+cpu``) meets ``text`` (``torch<2.14``); local labels are ignored."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
-
-    spec = SpecifierSet(text.strip()[len("torch"):].strip(), prereleases=True)
-    return Version(torch_version.split("+")[0]) in spec
 
 
 def _is_xfail(v: Any) -> str | None:

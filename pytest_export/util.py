@@ -1,5 +1,6 @@
 """Small helpers every layer shares: bounds that may be infinite, text tables, comma-separated option values,
-environment variables set for a block. Plain Python; imports nothing from this package and no torch.
+environment variables set for a block, torch-version conditions (of ``xfail`` entries). Plain Python; imports
+nothing from this package and no torch.
 """
 
 from __future__ import annotations
@@ -95,4 +96,27 @@ def describe_exception(exc: BaseException, limit: int = 4000) -> str:
     return text
 
 
-__all__ = ["describe_exception", "plural", "finite_int", "text_table", "markdown_table", "comma_list", "environment", "HUGE"]
+def condition_problem(text: Any) -> str | None:
+    """What is wrong with a torch-version condition (``"torch<2.14"``, ``"torch>=2.13,<2.15"``); None if right."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    if not isinstance(text, str) or not text.strip().startswith("torch"):
+        return "write it as torch followed by version specifiers, e.g. \"torch<2.14\" or \"torch>=2.14\""
+    try:
+        SpecifierSet(text.strip()[len("torch"):].strip())
+    except InvalidSpecifier as exc:
+        return f"{exc}; e.g. \"torch<2.14\""
+    return None
+
+
+def condition_holds(text: str, torch_version: str) -> bool:
+    """Whether ``torch_version`` (``2.13.0+cpu``) meets ``text`` (``torch<2.14``); local labels are ignored."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    spec = SpecifierSet(text.strip()[len("torch"):].strip(), prereleases=True)
+    return Version(torch_version.split("+")[0]) in spec
+
+
+__all__ = ["describe_exception", "plural", "finite_int", "text_table", "markdown_table", "comma_list", "environment", "HUGE",
+           "condition_problem", "condition_holds"]
