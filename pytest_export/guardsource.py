@@ -53,7 +53,8 @@ def model_frames() -> Iterator[None]:
     except (ImportError, AttributeError):
         yield
         return
-    shapes.uninteresting_files = lambda: _TorchFiles(original())
+    files = _TorchFiles(original())  # one set: torch asks for it at every frame of every guard and graph node
+    shapes.uninteresting_files = lambda: files
     try:
         yield
     finally:
