@@ -105,12 +105,12 @@ def core_aten_line(cases: list[dict[str, Any]], core_ops: Iterable[str] | int) -
     return f"Core ATen coverage: {len(reached)} of {total} core ops ({pct:.0f}%) reached after run_decompositions()"
 
 
-DEPLOYMENT = ("export", "aoti", "onnx")
+DEPLOYMENT = ("export", "aoti", "onnx", "executorch")
 """The deployment matrix's columns: the exported program, and each path it ships by."""
 
 
 def deployment_matrix(cases: list[dict[str, Any]]) -> str | None:
-    """One row per case that ran a deployment stage (``aoti``, ``onnx``): each column's status (with the failure's
+    """One row per case that ran a deployment stage (``aoti``, ``onnx``, ``executorch``): each column's status (with the failure's
     signature, ``failed (unsupported-op)``), ``-`` where not run, and an ``all`` row of passed/failed/xfailed/
     skipped counts; None where no case ran one."""
     shipped = [c for c in cases if any(s in c.get("stages", {}) for s in DEPLOYMENT[1:])]

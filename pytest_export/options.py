@@ -13,7 +13,7 @@ from typing import Any, Callable
 from .util import comma_list, condition_holds, condition_problem
 
 STAGES = ("export", "compare", "serde", "decomp", "guards", "fuzz", "retrace", "unflatten", "cuda", "aoti",
-          "onnx")
+          "onnx", "executorch")
 """Stage names in run order. They are public: reports, baselines and ``xfail`` use them."""
 
 ORDER = ("eager", *STAGES)
@@ -184,6 +184,17 @@ def _is_seed(v: Any) -> str | None:
     return None
 
 
+EXECUTORCH_BACKENDS = ("xnnpack", "portable")  # the executorch stage's partitioners, tried in order; portable: none
+
+
+def backends_problem(value: Any) -> str | None:
+    """What is wrong with an ``executorch`` backend list (``"xnnpack"``, ``["xnnpack"]``, ``"portable"``)."""
+    names = comma_list(value) if isinstance(value, (str, list, tuple)) else []
+    if names and all(n in EXECUTORCH_BACKENDS for n in names) and ("portable" not in names or len(names) == 1):
+        return None
+    return f"must name backends of {', '.join(EXECUTORCH_BACKENDS)} (portable alone: no partitioner)"
+
+
 KEYWORDS: dict[str, Keyword] = {
     k.name: k
     for k in [
@@ -238,6 +249,10 @@ KEYWORDS: dict[str, Keyword] = {
         Keyword("onnx", _is_opt_bool, "bool | None", None,
                 "run the `onnx` stage (torch.onnx.export of the program, checked in ONNX Runtime) for this case "
                 "(default: --export-onnx)"),
+        Keyword("executorch", lambda v: None if v is None or isinstance(v, bool) else backends_problem(v),
+                "bool | 'xnnpack' | 'portable' | list[str] | None", None,
+                "run the `executorch` stage (the program lowered with ExecuTorch, run in its runtime) for this case; "
+                "a backend list also chooses its partitioners (default: --export-executorch, --export-executorch-backends)"),
         Keyword("train", _is_bool, "bool", False,
                 "the module is exported in training mode on purpose (dropout, batch-norm statistics): no warning"),
         Keyword("grad", _is_bool, "bool", False, "run eager and the programs with autograd on (default: under "
@@ -270,6 +285,8 @@ class SessionOptions:
     repro: str | None = None  # --export-repro DIR
     onnx: bool = False
     aoti: bool = False
+    executorch: bool = False
+    executorch_backends: tuple[str, ...] = ("xnnpack",)  # --export-executorch-backends
     require_numerics: bool = False  # --export-require-numerics
     modes: tuple[str, ...] | None = None  # --export-modes; None: the marker's `strict` decides
     devices: tuple[str, ...] | None = None  # --export-devices; None: cpu, plus cuda where available
@@ -300,6 +317,8 @@ class CaseOptions:
     preserve_module_call_signature: tuple[str, ...] = ()
     aoti: bool = False
     onnx: bool = False
+    executorch: bool = False
+    executorch_backends: tuple[str, ...] = ("xnnpack",)  # partitioners in order; ("portable",): none
     train: bool = False  # exported in training mode on purpose (no training-mode warning)
     grad: bool = False  # forward calls with autograd on (default: under torch.no_grad(); issue #31)
     require_numerics: bool = False  # numerics short of a declared max is an `error` (issue #31)
@@ -352,7 +371,8 @@ def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
                        timeout=session.timeout, budget=DEFAULT_BUDGET if session.budget == "auto" else session.budget,
                        budget_auto=session.budget == "auto", max_memory=session.max_memory,
                        diagnose=session.diagnose and session.diagnose_when != "never", aoti=session.aoti,
-                       onnx=session.onnx, require_numerics=session.require_numerics,
+                       onnx=session.onnx, executorch=session.executorch,
+                       executorch_backends=session.executorch_backends, require_numerics=session.require_numerics,
                        skip_stages=tuple(session.skip_stages))
     for key, value in kwargs.items():
         if key == "tags":
@@ -361,7 +381,9 @@ def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
             value = dict(value or {})
         elif key == "preserve_module_call_signature":
             value = tuple(value)
-        elif key in ("core_aten", "examples", "max_size", "timeout", "budget", "aoti", "onnx", "max_memory",
+        elif key == "executorch" and value is not None and not isinstance(value, bool):
+            opts.executorch_backends, value = tuple(comma_list(value)), True  # a backend list also turns it on
+        elif key in ("core_aten", "examples", "max_size", "timeout", "budget", "aoti", "onnx", "executorch", "max_memory",
                      "require_numerics") and value is None:
             continue
         elif key == "max_memory":

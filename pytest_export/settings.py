@@ -138,6 +138,17 @@ def _skip_stages(value: Any, flag: str) -> tuple[str, ...]:
     return parse_skip_stages(value or None) or ()
 
 
+def _backends(value: Any, flag: str) -> tuple[str, ...]:
+    from .options import backends_problem
+    from .util import comma_list
+
+    names = tuple(comma_list(value)) or ("xnnpack",)
+    problem = backends_problem(names)
+    if problem:
+        raise ValueError(f"{flag} {problem}, got {', '.join(names)!r}")
+    return names
+
+
 # ---- the table (in the order --help lists them) -------------------------------------------------------
 
 SETTINGS: tuple[Setting, ...] = (
@@ -200,6 +211,11 @@ SETTINGS: tuple[Setting, ...] = (
             _path, "repro", metavar="DIR", needs_check=True),
     Setting("export_onnx", "run the onnx stage (torch.onnx.export of the exported program, checked in ONNX Runtime) "
             "for every case (needs the [onnx] extra)", _flag, "onnx", kind="flag"),
+    Setting("export_executorch", "run the executorch stage (the exported program lowered with ExecuTorch, run in its "
+            "runtime) for every case (needs the [executorch] extra)", _flag, "executorch", kind="flag"),
+    Setting("export_executorch_backends", "the executorch stage's backends, whose partitioners take the operators "
+            "they can in this order: xnnpack, or portable alone for none (default: xnnpack)", _backends,
+            "executorch_backends", kind="list", metavar="BACKEND[,BACKEND]"),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 

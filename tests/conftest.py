@@ -16,6 +16,8 @@ _KEEP = ("torch", "functorch", "sympy", "mpmath", "hypothesis", "xdist", "execne
          "safetensors", "regex", "yaml",
          # the onnx stage's packages (onnx's and onnxruntime's C extensions load once per process too)
          "onnx", "onnxscript", "onnxruntime", "onnx_ir", "ml_dtypes",
+         # the executorch stage's (its runtime's C extension, and torchao's, load once per process too)
+         "executorch", "torchao", "ruamel", "tabulate", "flatbuffers",
          # torch's CUDA wheels load triton lazily (strict export, inductor); its C extension cannot load twice
          "triton")
 
