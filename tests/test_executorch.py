@@ -159,6 +159,22 @@ def test_portable_means_no_partitioner(tmp_path):
     assert st.data["portable_ops"] >= 3 and "aten.addmm.default" in st.data["portable_op_names"]
 
 
+class Flagged(torch.nn.Module):  # constant inputs, as a language model's use_cache=False
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+
+    def forward(self, x, use_cache=True, scale=2):
+        return self.linear(x) * scale if use_cache else self.linear(x)
+
+
+def test_constant_inputs_are_fed_as_the_runtime_expects_them(tmp_path):
+    _executorch()
+    res = pytest_export.check(Flagged(), (torch.randn(5, 8),), {"use_cache": False, "scale": 3}, executorch=True,
+                              workdir=tmp_path, session=LOWER_ONLY)
+    assert res.stages["executorch"].status == "passed", res.failure_text()
+
+
 def test_an_operator_outside_core_aten_fails_naming_it_and_the_partitioner(tmp_path):
     _executorch()
     res = pytest_export.check(Eigenvalues(), (torch.randn(4, 4),), executorch=True, workdir=tmp_path,

@@ -178,7 +178,8 @@ def _reason(said: list[str]) -> str:
 
 class _Checks:
     """The lowered program in ExecuTorch's runtime against eager. Inputs and outputs map onto the program's by
-    position: the runtime takes the tensor (and scalar) inputs, flattened, and returns the outputs it produces."""
+    position: the runtime takes every user input, flattened (constants such as ``use_cache=False`` too), and returns
+    the outputs it produces."""
 
     def __init__(self, ctx: Context, method: Any, data: dict[str, Any]):
         from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
@@ -186,7 +187,7 @@ class _Checks:
         self.ctx, self.method, self.data = ctx, method, data
         self.run_s, self.worst = 0.0, {"max_abs_error": 0.0, "max_rel_error": 0.0}
         sig = ctx.ep.graph_signature
-        self.fed = [not isinstance(s.arg, ConstantArgument) for s in sig.input_specs if s.kind == InputKind.USER_INPUT]
+        self.fed = [s for s in sig.input_specs if s.kind == InputKind.USER_INPUT]  # constants too (use_cache=False)
         self.produced = [not isinstance(s.arg, ConstantArgument) for s in sig.output_specs
                          if s.kind == OutputKind.USER_OUTPUT]
         self.random = random_outputs(ctx.ep)
@@ -200,7 +201,7 @@ class _Checks:
         flat = pytree.tree_flatten((tuple(args), dict(kwargs)))[0]
         if len(flat) != len(self.fed):
             raise HarnessError(f"cannot map {len(flat)} inputs onto the program's {len(self.fed)} user inputs")
-        feed = [v.detach().contiguous() if isinstance(v, torch.Tensor) else v for v, f in zip(flat, self.fed) if f]
+        feed = [v.detach().contiguous() if isinstance(v, torch.Tensor) else v for v in flat]
         t0 = time.perf_counter()
         try:
             return [o.clone() if isinstance(o, torch.Tensor) else o for o in self.method.execute(feed)]
