@@ -16,6 +16,8 @@ Figures (goal in brackets):
             by shape and by numerics  [seq 131,072 checked by shape to its max in <= 60 s and <= 2 GB]
   onnx      the `onnx` stage's duration vs `export`'s in the same check run, five models with a dynamic batch
             (conversion with torch.onnx and the ONNX Runtime checks); needs the [onnx] extra
+  executorch the `executorch` stage's duration vs `export`'s in the same check run, the same five models (lowering
+            with XNNPACK and the checks in ExecuTorch's runtime); needs executorch (the [executorch] extra)
   memory    real-width zoo models (BERT-base, TinyLlama's width at 2 layers, ResNet-50; --quick: BERT-base only):
             peak RSS and wall time of `pytest <case> --export-check` vs the raw floor (export plus one eager and
             one program forward, in a fresh process each), with the case's verdict and per-dim coverage
@@ -251,6 +253,12 @@ def bench_onnx(repeats: int) -> dict | None:
     return bench_onnx.measure(repeats)
 
 
+def bench_executorch(repeats: int) -> dict | None:
+    import bench_executorch  # the executorch stage's own benchmark
+
+    return bench_executorch.measure(repeats)
+
+
 def bench_memory(quick: bool) -> dict | None:
     import bench_memory  # real-width models: the harness's peak memory vs the raw floor's
 
@@ -260,18 +268,19 @@ def bench_memory(quick: bool) -> dict | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats, no corpus xdist run, memory on BERT-base only")
-    ap.add_argument("--only", help="comma-separated subset: load,harness,variants,xdist,fuzz,zoo,ranges,onnx,memory")
+    ap.add_argument("--only", help="comma-separated subset: load,harness,variants,xdist,fuzz,zoo,ranges,onnx,executorch,"
+                    "memory")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE))
     os.environ.setdefault("PYTHONPATH", str(ROOT))
     repeats = 1 if args.quick else 3
-    wanted = set((args.only or "load,harness,variants,xdist,fuzz,zoo,ranges,onnx,memory").split(","))
+    wanted = set((args.only or "load,harness,variants,xdist,fuzz,zoo,ranges,onnx,executorch,memory").split(","))
     if args.quick:
         wanted.discard("xdist")
     runs = {"load": lambda: bench_load(repeats * 10), "harness": lambda: bench_harness(repeats),
             "variants": lambda: bench_variants(repeats), "xdist": lambda: bench_xdist(1), "fuzz": lambda: bench_fuzz(repeats),
             "zoo": lambda: bench_zoo(repeats), "ranges": lambda: bench_ranges(repeats),
-            "onnx": lambda: bench_onnx(repeats), "memory": lambda: bench_memory(args.quick)}
+            "onnx": lambda: bench_onnx(repeats), "executorch": lambda: bench_executorch(repeats), "memory": lambda: bench_memory(args.quick)}
     print(f"pytest-export benchmarks (python {sys.version.split()[0]}, {os.cpu_count()} cores)")
     for name, fn in runs.items():
         if name not in wanted:

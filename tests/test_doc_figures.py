@@ -49,7 +49,8 @@ def collected() -> dict[str, int]:
     return {"corpus": _collected("corpus"), "zoo": _collected("corpus/zoo", "--export-tags", "zoo"),
             "zoo-ci": _collected("corpus/zoo", "--export-tags", "zoo-ci"),
             "width": _collected("corpus/zoo", "--export-tags", "width"),
-            "onnx": _collected("corpus/zoo", "--export-tags", "onnx")}
+            "onnx": _collected("corpus/zoo", "--export-tags", "onnx"),
+            "executorch": _collected("corpus/zoo", "--export-tags", "executorch")}
 
 
 def _number(text: str) -> int:
@@ -67,6 +68,7 @@ def _claims(collected: dict[str, int]) -> list[tuple[str, str, list[int]]]:
         ("docs/corpus.md", r"the same (\d+) cases", [zoo]),
         ("docs/corpus.md", r"the (\w+) `zoo-ci` cases and GPT-2\)", [ci]),
         ("docs/corpus.md", r"\((\d+) cases: \d+ passed, \d+ xfailed for GPT-2", [onnx]),
+        ("docs/corpus.md", r"\((\d+) cases: \d+ passed, \d+ xfailed for\nExecuTorch", [collected["executorch"]]),
         ("docs/corpus.md", r"holds (\w+) released configurations", [width]),
     ]
 

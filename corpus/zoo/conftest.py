@@ -6,7 +6,8 @@ the network would fail here instead of hanging on a CI machine without one.
 
 The cases tagged ``onnx`` (the ``zoo-ci`` six and GPT-2) are the zoo's ONNX slice: ``pytest corpus/zoo
 --export-check --export-onnx --export-tags onnx`` runs the ``onnx`` stage on them (the ``[onnx]`` extra; the whole
-zoo with ``onnx`` costs more than 15 minutes on 2 cores).
+zoo with ``onnx`` costs more than 15 minutes on 2 cores). The same seven, tagged ``executorch``, are its ExecuTorch
+slice: ``pytest corpus/zoo --export-check --export-executorch --export-tags executorch`` (executorch installed).
 """
 
 import os

@@ -18,7 +18,7 @@ SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, interme
 
 
 @pytest.mark.exportable(dynamic_shapes=text_shapes(), input_builder=text_builder(VOCAB),
-                        tags=["zoo", "encoder", "zoo-ci", "onnx"])
+                        tags=["zoo", "encoder", "zoo-ci", "onnx", "executorch"])
 def test_bert():
     seeded()
     model = transformers.BertModel(transformers.BertConfig(**SMALL))

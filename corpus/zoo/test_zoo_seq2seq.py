@@ -35,7 +35,8 @@ def test_t5():
     return transformers.T5ForConditionalGeneration(config).eval(), (), _inputs(2, 16, 8)
 
 
-@pytest.mark.exportable(dynamic_shapes=SHAPES, input_builder=_builder, tags=["zoo", "encoder-decoder", "zoo-ci", "onnx"])
+@pytest.mark.exportable(dynamic_shapes=SHAPES, input_builder=_builder,
+                        tags=["zoo", "encoder-decoder", "zoo-ci", "onnx", "executorch"])
 def test_bart():
     seeded()
     config = transformers.BartConfig(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,

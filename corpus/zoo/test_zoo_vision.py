@@ -33,7 +33,7 @@ def _image(model, size: int = 32, batch: int = 2):
     return model.eval(), (), {"pixel_values": torch.randn(batch, 3, size, size)}
 
 
-@pytest.mark.exportable(dynamic_shapes=BATCH_ONLY, tags=["zoo", "vision", "zoo-ci", "onnx"])
+@pytest.mark.exportable(dynamic_shapes=BATCH_ONLY, tags=["zoo", "vision", "zoo-ci", "onnx", "executorch"])
 def test_vit():
     seeded()
     return _image(transformers.ViTForImageClassification(transformers.ViTConfig(**VIT)))
@@ -71,7 +71,9 @@ def test_swin():
 
 
 @pytest.mark.exportable(dynamic_shapes={"pixel_values": {0: BATCH, 2: H64, 3: W64}},
-                        tags=["zoo", "vision", "zoo-ci", "onnx"])
+                        tags=["zoo", "vision", "zoo-ci", "onnx", "executorch"],
+                        xfail={"executorch": "XNNPACK's memory plan refuses in-range sizes (batch 64 at 64 px): a "
+                                             "bounded tensor holds 960 of the 4096 elements"})
 def test_resnet():
     seeded()
     config = transformers.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32, 32, 64], depths=[1, 1, 1, 1],
