@@ -16,6 +16,8 @@ and the terminal under ``-s`` (issue #32).
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import io
 import logging
 import os
@@ -186,9 +188,28 @@ class _TorchRecords(logging.Filter):
         return False
 
 
+TOOLCHAINS = ("executorch", "torchao", "onnx", "onnxscript", "onnxruntime")  # what deployment stages drive
+
+
+@functools.cache
+def _toolchains() -> tuple[str, ...]:
+    """The folders of the installed toolchains the deployment stages drive: their warnings and writes are the
+    harness's, like torch's, never the model's (found without importing them)."""
+    out = []
+    for name in TOOLCHAINS:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None:  # a namespace package (executorch) has no origin, only its folders
+            out += list(spec.submodule_search_locations or ([os.path.dirname(spec.origin)] if spec.origin else []))
+    return tuple(out)
+
+
 class Origins:
-    """Where a warning comes from: torch and the harness (``own``), the standard library (``stdlib``) and the
-    installed libraries inside it (``libraries``: site-packages, a venv's or the interpreter's)."""
+    """Where a warning comes from: torch, the deployment toolchains (executorch, onnx, ...) and the harness
+    (``own``), the standard library (``stdlib``) and the installed libraries inside it (``libraries``:
+    site-packages, a venv's or the interpreter's)."""
 
     def __init__(self) -> None:
         import torch
@@ -199,7 +220,7 @@ class Origins:
         paths = sysconfig.get_paths()
         self.torch = folders(os.path.dirname(torch.__file__))[0]
         self.harness = folders(os.path.dirname(__file__))[0]
-        self.own = (self.torch, self.harness)
+        self.own = (self.torch, self.harness, *folders(*_toolchains()))
         self.paths: dict[str, str] = {}  # a frame's file, resolved once
         self.stdlib = folders(paths["stdlib"], paths["platstdlib"])
         self.libraries = folders(paths["purelib"], paths["platlib"],
@@ -230,7 +251,7 @@ class Origins:
             path = self.paths.get(name)
             if path is None:
                 path = self.paths[name] = name if name.startswith("<") else os.path.realpath(name)
-            if path.startswith(self.torch):
+            if path.startswith(self.own) and not path.startswith(self.harness):  # torch, a deployment toolchain
                 return True
             in_stdlib = path.startswith(self.stdlib) and not path.startswith(self.libraries)
             if not (in_stdlib or path.startswith(self.harness) or path.startswith("<frozen ")):

@@ -4,6 +4,7 @@ recorded, never warned about; a module left in training mode warns; torch's own 
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import pytest
@@ -251,6 +252,24 @@ def test_origins_rule():
     assert not o.is_torchs(UserWarning, __file__)  # the model's own code
     assert not o.is_torchs(UserWarning, pytest.__file__)  # a library in site-packages
     assert not o.is_torchs(pytest.PytestWarning, torch.__file__)
+
+
+def test_a_deployment_toolchains_warnings_are_the_harnesss(tmp_path, monkeypatch):
+    """executorch warned DeprecationWarning and ExperimentalWarning from its own files into the user's warnings
+    summary while the executorch stage ran: a toolchain the stages drive warns like torch, into torch_output."""
+    from pytest_export import torchlog
+
+    tool = tmp_path / "site-packages" / "executorch"
+    tool.mkdir(parents=True)  # no __init__.py: a namespace package, as executorch is
+    monkeypatch.syspath_prepend(str(tool.parent))
+    monkeypatch.delitem(sys.modules, "executorch", raising=False)  # imported by another test: found here instead
+    torchlog._toolchains.cache_clear()
+    try:
+        o = Origins()
+        assert o.is_torchs(DeprecationWarning, str(tool / "exir" / "_ops.py"))
+        assert not o.is_torchs(UserWarning, __file__)  # the model's own code still passes
+    finally:
+        torchlog._toolchains.cache_clear()
 
 
 # ---- the model's own output is the model's (issue #32) ----------------------------------------------------
