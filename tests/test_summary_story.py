@@ -325,7 +325,7 @@ def test_a_green_run_says_it_in_one_line(pytester):
     assert result.ret == 0 and len(data["cases"]) == 5
     line = ("pytest-export: 5 cases: 5 passed (torch *); 8 stages: eager, export, compare, serde, decomp, guards, "
             "fuzz, retrace; report: report.json")
-    result.stdout.fnmatch_lines([line, "*= 5 passed in *"], consecutive=True)
+    result.stdout.fnmatch_lines([line, "*= 5 passed*"], consecutive=True)
     assert tables(result) == [] and len(ours(result)) == 1
     assert not [ln for ln in result.outlines if "decomposition coverage" in ln]
     for args in (["--export-summary=full"], ["-v"]):
