@@ -36,8 +36,8 @@ LAYERS: list[list[str]] = [
     ["strategies", "context"],
     ["sizing"],
     ["probing"],
-    # the declaration a failing program really accepts, checked before it is offered
-    ["fixes"],
+    # the declaration a failing program really accepts, checked before it is offered; a runtime against eager
+    ["fixes", "runtimes"],
     # the stages, one module each, and their registry
     STAGE_MODULES,
     ["stages"],

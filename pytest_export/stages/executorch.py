@@ -32,19 +32,15 @@ import tempfile
 import time
 from typing import Any, Iterator
 
-from ..compare import Mismatch, compare_trees
 from ..context import Context, Stage, StageFailure, StageSkip
-from ..cost import PROBE_BUDGET_SHARE, format_bytes
-from ..observe import Observation, random_note, without_random
-from ..ops import random_outputs
-from ..probing import deployment_sizes
-from ..results import FAILED, XFAILED, HarnessError
+from ..cost import format_bytes
+from ..observe import Observation
+from ..results import HarnessError
+from ..runtimes import EXAMPLE, MAX_SIZE_CHECKS, RuntimeChecks, out_of_time
 from ..util import describe_exception, plural
 
 INSTALL = 'pip install "pytest-export[executorch]"'
 PARTITIONERS = {"xnnpack": ("executorch.backends.xnnpack.partition.xnnpack_partitioner", "XnnpackPartitioner", "XNNPACK")}
-MAX_SIZE_CHECKS = 16
-MAX_REFUSAL_CHECKS = 6
 _NOT_CORE = re.compile(r"Operator torch\._ops\.([\w.]+) is not in Core ATen opset")
 _NO_OUT = re.compile(r"Missing out variants: \{([^}]*)\}")
 _REASON = re.compile(r"\[(?!cpuinfo)[\w.]+:\d+\] ([^\n]+)")  # the runtime's first log line, not cpuinfo's
@@ -176,22 +172,23 @@ def _reason(said: list[str]) -> str:
     return f" (the runtime: {found.group(1).strip()})" if found else ""
 
 
-class _Checks:
+class _Checks(RuntimeChecks):
     """The lowered program in ExecuTorch's runtime against eager. Inputs and outputs map onto the program's by
     position: the runtime takes every user input, flattened (constants such as ``use_cache=False`` too), and returns
     the outputs it produces."""
 
+    RUNTIME = "the ExecuTorch runtime"
+    LARGEST_FIRST = True  # a dynamic dim is an upper-bounded memory plan: its largest size first
+
     def __init__(self, ctx: Context, method: Any, data: dict[str, Any]):
         from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
-        self.ctx, self.method, self.data = ctx, method, data
-        self.run_s, self.worst = 0.0, {"max_abs_error": 0.0, "max_rel_error": 0.0}
+        super().__init__(ctx, data)
+        self.method, self.run_s = method, 0.0
         sig = ctx.ep.graph_signature
         self.fed = [s for s in sig.input_specs if s.kind == InputKind.USER_INPUT]  # constants too (use_cache=False)
         self.produced = [not isinstance(s.arg, ConstantArgument) for s in sig.output_specs
                          if s.kind == OutputKind.USER_OUTPUT]
-        self.random = random_outputs(ctx.ep)
-        self.random_differs = False
 
     def execute(self, args: tuple, kwargs: dict) -> list[Any]:
         """The runtime's outputs, copied out of its planned memory."""
@@ -236,70 +233,19 @@ class _Checks:
             else:
                 error = None
         if error is not None:
-            example = label == "the example inputs"
-            what = "the example inputs" if example else f"in-range {label}, which the program runs"
+            example = label == EXAMPLE
+            what = EXAMPLE if example else f"in-range {label}, which the program runs"
             hint = "" if example or not self.unbounded() else (
                 f"; {self.unbounded()} declared without a max: ExecuTorch plans its memory at the example's size, "
                 "so declare the max the model must run at")
             raise StageFailure(f"the ExecuTorch runtime refused {what}: {describe_exception(error, 600)}"
                                f"{_reason(said)}{hint}", kind="raised" if example else "refused-in-range",
                                **self.finish())
-        tol = {"rtol": self.ctx.options.rtol, "atol": self.ctx.options.atol}
-        try:
-            errs = compare_trees(got, expected, **tol)
-        except Mismatch as exc:
-            masked = self.random.get("ops") and self.masked_match(got, expected, tol)
-            if not masked:
-                raise StageFailure(f"the ExecuTorch runtime disagrees with {against} on {label}:\n{exc}",
-                                   kind="mismatch", errors=exc.errors, **{**self.finish(), **exc.worst()})
-            self.random_differs, errs = True, masked
-        self.worst = {k: max(self.worst[k], errs[k]) for k in self.worst}
-
-    def masked_match(self, got: Any, expected: Any, tol: dict[str, Any]) -> dict[str, float] | None:
-        a = without_random(Observation(got, (), {}), self.random).outputs
-        e = without_random(Observation(expected, (), {}), self.random).outputs
-        try:
-            return compare_trees(a, e, **tol)
-        except Mismatch:
-            return None
+        self.check_values(label, got, expected, against)
 
     def unbounded(self) -> str:
         au = self.ctx.audit() if self.ctx.declaration is not None else None
         return ", ".join("/".join(v.names) for v in au.model.vars if v.unbounded) if au is not None else ""
-
-    def run(self) -> dict[str, Any]:
-        ctx = self.ctx
-        exported_ok = ctx.result.stage_status("compare") not in (FAILED, XFAILED)
-        against = "eager" if exported_ok else "the exported program (compare failed)"
-        args, kwargs = ctx.case.args, ctx.case.kwargs
-        want = ctx.reference() if exported_ok else ctx.program_on(ctx.ep, args, kwargs)
-        self.compare("the example inputs", args, kwargs, want, against)
-        inside, outside = deployment_sizes(ctx, largest_first=True)
-        allowance = ctx.options.budget * PROBE_BUDGET_SHARE if ctx.options.budget else None
-        t0, checked, left = time.perf_counter(), [], 0
-        for label, probe in inside[:MAX_SIZE_CHECKS]:
-            if allowance is not None and time.perf_counter() - t0 > allowance:
-                left += 1
-                continue
-            a, k = probe.real()
-            try:
-                want = ctx.eager_on(a, k)
-            except Exception:  # noqa: BLE001 - eager itself cannot take these inputs: guards and fuzz say so
-                self.data.setdefault("eager_raised", []).append(label)
-                continue
-            self.compare(label, a, k, want, "eager")
-            checked.append(label)
-        refused, accepted = self.refusals(outside, t0, allowance)
-        self.data.update(sizes_checked=len(checked), sizes=checked, refused=refused, accepted_out_of_range=accepted)
-        left += max(0, len(inside) - MAX_SIZE_CHECKS)
-        if left:
-            self.data["sizes_left"] = left
-        note = random_note(self.random, "the ExecuTorch runtime") if self.random_differs else ""
-        if note:
-            self.data.update(random_ops=self.random["ops"], not_compared=note)
-        data = self.finish()
-        data["message"] = _message(data, against, exported_ok, note)
-        return data
 
     def finish(self) -> dict[str, Any]:
         return {**self.data, **self.worst, "run_s": round(self.run_s, 3)}
@@ -308,8 +254,8 @@ class _Checks:
         """Out-of-range sizes the program refused, in the runtime: (how many it refused, those it accepted); the
         runtime's reason for each refusal goes to ``refusals``."""
         refused, accepted = 0, []
-        for label, probe in outside[:MAX_REFUSAL_CHECKS]:
-            if allowance is not None and time.perf_counter() - t0 > allowance:
+        for label, probe in outside:
+            if out_of_time(t0, allowance):
                 break
             with _native_stderr() as said:
                 try:
@@ -325,6 +271,10 @@ class _Checks:
                 refused += 1
                 self.data.setdefault("refusals", []).append(f"{label}{_reason(said)}")
         return refused, accepted
+
+
+    def message(self, data: dict[str, Any], against: str, exported_ok: bool, note: str) -> str:
+        return _message(data, against, exported_ok, note)
 
 
 def _message(data: dict[str, Any], against: str, exported_ok: bool, note: str) -> str:

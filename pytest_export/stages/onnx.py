@@ -29,19 +29,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..compare import Mismatch, compare_trees
 from ..context import Context, Stage, StageFailure, StageSkip
-from ..cost import PROBE_BUDGET_SHARE, format_bytes
-from ..observe import Observation, random_note, without_random
-from ..ops import random_outputs
-from ..probing import deployment_sizes
-from ..results import FAILED, XFAILED, HarnessError
+from ..cost import format_bytes
+from ..observe import Observation
+from ..results import HarnessError
+from ..runtimes import EXAMPLE, MAX_SIZE_CHECKS, RuntimeChecks, out_of_time
 from ..util import describe_exception, plural
 
 INSTALL = 'pip install "pytest-export[onnx]"'
 EXTRA = ("onnxruntime", "onnx", "onnxscript")  # onnxruntime first: the one a plain torch install lacks
-MAX_SIZE_CHECKS = 16
-MAX_REFUSAL_CHECKS = 6
 DIAGNOSTIC_CHARS = 1500
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NO_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([^']+)', overload='([^']+)'\)>")
@@ -124,16 +120,18 @@ def conversion_failure(exc: BaseException, seconds: float) -> StageFailure:
                         f"the exporter's diagnostic:\n{diagnostic}", kind=kind, **data)
 
 
-class _Checks:
+class _Checks(RuntimeChecks):
     """The converted model in ONNX Runtime against eager. Inputs and outputs map onto the program's by position:
     the exporter drops constant and None inputs and outputs, and renames the rest."""
+
+    RUNTIME = "ONNX Runtime"
 
     def __init__(self, ctx: Context, session: Any, proto: Any, data: dict[str, Any]):
         import torch.utils._pytree as pytree
         from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
-        self.ctx, self.session, self.proto, self.data = ctx, session, proto, data
-        self.ort_s, self.worst = 0.0, {"max_abs_error": 0.0, "max_rel_error": 0.0}
+        super().__init__(ctx, data)
+        self.session, self.proto, self.ort_s = session, proto, 0.0
         sig = ctx.ep.graph_signature
         user_in = [s for s in sig.input_specs if s.kind == InputKind.USER_INPUT]
         paths = pytree.tree_flatten_with_path(pytree.tree_unflatten(list(range(len(user_in))), ctx.ep.call_spec.in_spec))[0]
@@ -149,8 +147,6 @@ class _Checks:
             raise HarnessError(f"cannot map the ONNX model's {len(self.inputs)} inputs and {len(session.get_outputs())} "
                                f"outputs onto the program's {len(self.fed)} tensor inputs and {sum(self.produced)} "
                                "outputs")
-        self.random = random_outputs(ctx.ep)
-        self.random_differs = False
 
     # running ---------------------------------------------------------------------------------------
     def feed(self, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -212,69 +208,17 @@ class _Checks:
         except (StageSkip, HarnessError):
             raise
         except Exception as exc:  # noqa: BLE001 - what ONNX Runtime does with these inputs is the finding
-            what = "the example inputs" if label == "the example inputs" else f"in-range {label}, which the program runs"
+            what = EXAMPLE if label == EXAMPLE else f"in-range {label}, which the program runs"
             raise StageFailure(f"ONNX Runtime raised on {what}: {describe_exception(exc, 1500)}",
                                kind="ort-raised", **self.finish())
-        tol = {"rtol": self.ctx.options.rtol, "atol": self.ctx.options.atol}
-        try:
-            errs = compare_trees(got, expected, **tol)
-        except Mismatch as exc:
-            # values fed by random ops (``ops.random_outputs``: dropout, but also attention that only may drop)
-            # are compared too, and called wrong only where they differ without them: ONNX Runtime's random
-            # stream is not eager's (issue #24)
-            masked = self.random.get("ops") and self.masked_match(got, expected, tol)
-            if not masked:
-                raise StageFailure(f"ONNX Runtime disagrees with {against} on {label}:\n{exc}", kind="mismatch",
-                                   errors=exc.errors, **{**self.finish(), **exc.worst()})
-            self.random_differs, errs = True, masked
-        self.worst = {k: max(self.worst[k], errs[k]) for k in self.worst}
-
-    def masked_match(self, got: Any, expected: Any, tol: dict[str, Any]) -> dict[str, float] | None:
-        a = without_random(Observation(got, (), {}), self.random).outputs
-        e = without_random(Observation(expected, (), {}), self.random).outputs
-        try:
-            return compare_trees(a, e, **tol)
-        except Mismatch:
-            return None
+        self.check_values(label, got, expected, against)
 
     # the checks ------------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
-        ctx = self.ctx
-        exported_ok = ctx.result.stage_status("compare") not in (FAILED, XFAILED)
-        against = "eager" if exported_ok else "the exported program (compare failed)"
-        args, kwargs = ctx.case.args, ctx.case.kwargs
-        want = ctx.reference() if exported_ok else ctx.program_on(ctx.ep, args, kwargs)
-        self.compare("the example inputs", args, kwargs, want, against)
-        self.dynamic_axes()
-        inside, outside = deployment_sizes(ctx)
-        allowance = ctx.options.budget * PROBE_BUDGET_SHARE if ctx.options.budget else None
-        t0, checked, left = time.perf_counter(), [], 0
-        for label, probe in inside[:MAX_SIZE_CHECKS]:
-            if allowance is not None and time.perf_counter() - t0 > allowance:
-                left += 1
-                continue
-            a, k = probe.real()
-            try:
-                want = ctx.eager_on(a, k)
-            except Exception:  # noqa: BLE001 - eager itself cannot take these inputs: guards and fuzz say so
-                self.data.setdefault("eager_raised", []).append(label)  # recorded: not compared, not hidden
-                continue
-            self.compare(label, a, k, want, "eager")
-            checked.append(label)
-        refused, accepted = self.refusals(outside, t0, allowance)
-        self.data.update(sizes_checked=len(checked), sizes=checked, refused=refused, accepted_out_of_range=accepted)
-        left += max(0, len(inside) - MAX_SIZE_CHECKS)
-        if left:
-            self.data["sizes_left"] = left
-        note = random_note(self.random, "ONNX Runtime") if self.random_differs else ""
-        if note:
-            self.data.update(random_ops=self.random["ops"], not_compared=note)
-        data = self.finish()
-        data["message"] = _message(data, against, exported_ok, note)
-        return data
-
     def finish(self) -> dict[str, Any]:
         return {**self.data, **self.worst, "ort_s": round(self.ort_s, 3)}
+
+    def before_sizes(self) -> None:
+        self.dynamic_axes()
 
     def dynamic_axes(self) -> None:
         """Every declared-dynamic axis the program kept is symbolic (``dim_param``) in the ONNX model's inputs."""
@@ -309,8 +253,8 @@ class _Checks:
     def refusals(self, outside: list[tuple[str, Any]], t0: float, allowance: float | None) -> tuple[int, list[str]]:
         """Out-of-range sizes the program refused, in ONNX Runtime: (how many it refused, those it accepted)."""
         refused, accepted, inside = 0, [], []
-        for label, probe in outside[:MAX_REFUSAL_CHECKS]:
-            if allowance is not None and time.perf_counter() - t0 > allowance:
+        for label, probe in outside:
+            if out_of_time(t0, allowance):
                 break
             feed = self.feed(*probe.real())
             t1 = time.perf_counter()
@@ -327,6 +271,10 @@ class _Checks:
         if inside:
             self.data["raised_inside"] = inside
         return refused, accepted
+
+
+    def message(self, data: dict[str, Any], against: str, exported_ok: bool, note: str) -> str:
+        return _message(data, against, exported_ok, note)
 
 
 def _message(data: dict[str, Any], against: str, exported_ok: bool, note: str) -> str:
