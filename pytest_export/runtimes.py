@@ -20,6 +20,7 @@ from .observe import Observation, random_note, without_random
 from .ops import random_outputs
 from .probing import deployment_sizes
 from .results import FAILED, XFAILED
+from .util import plural
 
 MAX_SIZE_CHECKS = 16
 MAX_REFUSAL_CHECKS = 6
@@ -48,8 +49,33 @@ class RuntimeChecks:
     def finish(self) -> dict[str, Any]:
         return {**self.data, **self.worst}
 
+    NOT_GUARDED = "the runtime checks no range"  # why an out-of-range size it accepts is recorded, not failed
+
+    def head(self, data: dict[str, Any]) -> str:
+        """The message's opening: what making the runtime's program took (``converted in 1.2 s (...); ``)."""
+        return ""
+
+    def after_sizes(self, data: dict[str, Any]) -> str:
+        """What the message says of the runtime's own between the sizes and the refusals (``onnx``: its
+        dynamic inputs)."""
+        return ""
+
     def message(self, data: dict[str, Any], against: str, exported_ok: bool, note: str) -> str:
-        raise NotImplementedError
+        refused, accepted, left = data["refused"], data["accepted_out_of_range"], data.get("sizes_left")
+        checked = data["sizes_checked"]
+        text = (self.head(data) + f"{self.RUNTIME} matches {against} on the example"
+                + ((" and" if exported_ok else "; eager on") + f" {plural(checked, 'probed size')}" if checked
+                   else " only")  # (#31)
+                + f" (max abs error {data['max_abs_error']:.3g})" + ("" if checked else "; no other size checked"))
+        if left:
+            text += f", {left} more not run (at most {MAX_SIZE_CHECKS}, in a quarter of the budget)"
+        text += self.after_sizes(data)
+        if accepted:
+            text += (f"; refused {refused} of {refused + len(accepted)} out-of-range sizes ({self.NOT_GUARDED}: "
+                     f"accepted {', '.join(accepted)})")
+        elif refused:
+            text += f"; refused {plural(refused, 'out-of-range size')}"
+        return text + (f"; {note}" if note else "")
 
     def before_sizes(self) -> None:
         """A check of the runtime's own between the example and the sizes (``onnx``: its dynamic axes)."""

@@ -36,7 +36,7 @@ from ..context import Context, Stage, StageFailure, StageSkip
 from ..cost import format_bytes
 from ..observe import Observation
 from ..results import HarnessError
-from ..runtimes import EXAMPLE, MAX_SIZE_CHECKS, RuntimeChecks, out_of_time
+from ..runtimes import EXAMPLE, RuntimeChecks, out_of_time
 from ..util import describe_exception, plural
 
 INSTALL = 'pip install "pytest-export[executorch]"'
@@ -273,27 +273,13 @@ class _Checks(RuntimeChecks):
         return refused, accepted
 
 
-    def message(self, data: dict[str, Any], against: str, exported_ok: bool, note: str) -> str:
-        return _message(data, against, exported_ok, note)
+    NOT_GUARDED = "no lower bounds in the runtime"
 
-
-def _message(data: dict[str, Any], against: str, exported_ok: bool, note: str) -> str:
-    refused, accepted, left = data["refused"], data["accepted_out_of_range"], data.get("sizes_left")
-    ops = (f"{data['delegated_ops']} ops delegated in {plural(data['delegates'], 'call')}, "
-           f"{data['portable_ops']} on portable kernels")
-    text = (f"lowered in {data['lower_s']:.1f} s ({'+'.join(data['backends'])}: {ops}; .pte "
-            f"{format_bytes(data['pte_bytes'])}); the ExecuTorch runtime matches {against} on the example"
-            + ((" and" if exported_ok else "; eager on") + f" {plural(data['sizes_checked'], 'probed size')}"
-               if data["sizes_checked"] else " only")
-            + f" (max abs error {data['max_abs_error']:.3g})" + ("" if data["sizes_checked"] else "; no other size checked"))
-    if left:
-        text += f", {left} more not run (at most {MAX_SIZE_CHECKS}, in a quarter of the budget)"
-    if accepted:
-        text += (f"; refused {refused} of {refused + len(accepted)} out-of-range sizes (no lower bounds in the "
-                 f"runtime: accepted {', '.join(accepted)})")
-    elif refused:
-        text += f"; refused {plural(refused, 'out-of-range size')}"
-    return text + (f"; {note}" if note else "")
+    def head(self, data: dict[str, Any]) -> str:
+        ops = (f"{data['delegated_ops']} ops delegated in {plural(data['delegates'], 'call')}, "
+               f"{data['portable_ops']} on portable kernels")
+        return (f"lowered in {data['lower_s']:.1f} s ({'+'.join(data['backends'])}: {ops}; .pte "
+                f"{format_bytes(data['pte_bytes'])}); ")
 
 
 def _enabled(ctx: Context) -> bool:

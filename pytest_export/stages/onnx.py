@@ -33,8 +33,8 @@ from ..context import Context, Stage, StageFailure, StageSkip
 from ..cost import format_bytes
 from ..observe import Observation
 from ..results import HarnessError
-from ..runtimes import EXAMPLE, MAX_SIZE_CHECKS, RuntimeChecks, out_of_time
-from ..util import describe_exception, plural
+from ..runtimes import EXAMPLE, RuntimeChecks, out_of_time
+from ..util import describe_exception
 
 INSTALL = 'pip install "pytest-export[onnx]"'
 EXTRA = ("onnxruntime", "onnx", "onnxscript")  # onnxruntime first: the one a plain torch install lacks
@@ -273,26 +273,15 @@ class _Checks(RuntimeChecks):
         return refused, accepted
 
 
-    def message(self, data: dict[str, Any], against: str, exported_ok: bool, note: str) -> str:
-        return _message(data, against, exported_ok, note)
+    NOT_GUARDED = "ONNX has no range guards"
 
+    def head(self, data: dict[str, Any]) -> str:
+        return (f"converted in {data['convert_s']:.1f} s (opset {data['opset']}, "
+                f"{format_bytes(data['onnx_bytes'])}); ")
 
-def _message(data: dict[str, Any], against: str, exported_ok: bool, note: str) -> str:
-    refused, accepted, left = data["refused"], data["accepted_out_of_range"], data.get("sizes_left")
-    text = (f"converted in {data['convert_s']:.1f} s (opset {data['opset']}, {format_bytes(data['onnx_bytes'])}); "
-            f"ONNX Runtime matches {against} on the example" + ((" and" if exported_ok else "; eager on")
-            + f" {plural(data['sizes_checked'], 'probed size')}" if data["sizes_checked"] else " only")  # (#31)
-            + f" (max abs error {data['max_abs_error']:.3g})" + ("" if data["sizes_checked"] else "; no other size checked"))
-    if left:
-        text += f", {left} more not run (at most {MAX_SIZE_CHECKS}, in a quarter of the budget)"
-    if data.get("dynamic_inputs"):
-        text += "; dynamic inputs " + ", ".join(f"{k}: {v}" for k, v in data["dynamic_inputs"].items())
-    if accepted:
-        text += (f"; refused {refused} of {refused + len(accepted)} out-of-range sizes (ONNX has no range guards: "
-                 f"accepted {', '.join(accepted)})")
-    elif refused:
-        text += f"; refused {plural(refused, 'out-of-range size')}"
-    return text + (f"; {note}" if note else "")
+    def after_sizes(self, data: dict[str, Any]) -> str:
+        inputs = data.get("dynamic_inputs")
+        return "; dynamic inputs " + ", ".join(f"{k}: {v}" for k, v in inputs.items()) if inputs else ""
 
 
 def _enabled(ctx: Context) -> bool:
