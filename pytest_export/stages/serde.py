@@ -71,6 +71,13 @@ def streamed_weights(ep: Any) -> Iterator[_Stream]:
     mine = {**ep.state_dict}
 
     def load_state_dict(archive_reader: Any, model_name: str) -> Any:
+        try:
+            return streamed(archive_reader, model_name)
+        except Exception:  # noqa: BLE001 - torch's own load decides: a real load failure raises there again
+            stream.used, stream.changed = False, []
+            return original(archive_reader, model_name)
+
+    def streamed(archive_reader: Any, model_name: str) -> Any:
         config_file = config_name.format(model_name)
         if config_file not in archive_reader.get_file_names():
             return original(archive_reader, model_name)  # a legacy archive: torch's path
