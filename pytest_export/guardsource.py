@@ -138,18 +138,17 @@ def record_of(ep: Any) -> Recorded | None:
     kept no shape environment. Never raises: a pointer for a message, never a verdict."""
     try:
         if ep not in _RECORDS:
-            _RECORDS[ep] = _record(ep)
+            env = shape_env_of(ep)
+            _RECORDS[ep] = None if env is None else _recorded(env)
         return _RECORDS[ep]
     except Exception:  # noqa: BLE001 - torch-internal records
         return None
 
 
-def _record(ep: Any) -> Recorded | None:
+def _recorded(env: Any) -> Recorded:
+    """The guards of a shape environment, as ``Recorded`` holds them."""
     import sympy
 
-    env = shape_env_of(ep)
-    if env is None:
-        return None
     hints = _hints(env)
     replacements = dict(getattr(env, "replacements", {}))
     guards = []
@@ -239,7 +238,7 @@ def _violation_sources(exc: BaseException, limit: int) -> list[str]:
     if env is None:
         return []
     by_source = {_source_name(src): sym for sym, srcs in getattr(env, "var_to_sources", {}).items() for src in srcs}
-    rec = Recorded([(g.expr, source_of(g)) for g in env.guards], dict(getattr(env, "replacements", {})), _hints(env))
+    rec = _recorded(env)
     out: dict[str, str] = {}
     for name, source, text in dict.fromkeys(found):
         sym = by_source.get(source.strip())

@@ -30,12 +30,23 @@ class Explanation:
     where: list[str]
     sources: list[str]
     symbols: list[str]  # the fuzz model's symbols the failing guards involve
-    alone: list[str]  # "h16=14 is accepted with w16=20" for each dim of a relation
-    user_lines: list[str]  # sources outside torch: a model's or library's line
+    # per dim of a relation: (its name, its refused size, the others' sizes it is accepted with, or None)
+    accepted: list[tuple[str, int, str | None]] = dataclasses.field(default_factory=list)
 
     @property
     def relation(self) -> bool:
         return len(self.symbols) > 1
+
+    @property
+    def user_lines(self) -> list[str]:
+        """The sources outside torch: a model's or a library's line."""
+        return [src for src in self.sources if not src.startswith(INSIDE_TORCH)]
+
+    @property
+    def alone(self) -> list[str]:
+        """``"h16=14 is accepted with w16=20"`` for each dim of a relation."""
+        return [f"{name}={size} is accepted with {other}" if other else
+                f"{name}={size} is refused with every other size tried" for name, size, other in self.accepted]
 
     def text(self, names: dict[str, str]) -> str:
         dims = " and ".join(names.get(s, s) for s in self.symbols)
@@ -90,18 +101,15 @@ def _explain(ep: Any, model: Any, values: dict[str, int], limit: int) -> Explana
             break
     if not where:
         return None
-    alone: list[str] = []
+    accepted: list[tuple[str, int, str | None]] = []
     if len(involved) > 1:
         var = {v.symbol: v for v in model.vars}
         failing = [e for e, _ in rec.guards if holds(rec, e, point) is False]
         for name in involved:
             others = [o for o in involved if o != name]
             found = _accepted_alone(rec, failing, point, syms, var, name, others)
-            label = var[name].names[0]
-            alone.append(f"{label}={values[name]} is accepted with {found}" if found else
-                         f"{label}={values[name]} is refused with every other size tried")
-    user = [src for src in sources if not src.startswith(INSIDE_TORCH)]
-    return Explanation(where, sources, involved, alone, user)
+            accepted.append((var[name].names[0], values[name], found))
+    return Explanation(where, sources, involved, accepted)
 
 
 def _accepted_alone(rec: Recorded, failing: list[Any], point: dict[Any, Any], syms: dict[str, Any], var: dict,

@@ -123,7 +123,7 @@ class RuntimeChecks:
         allowance = ctx.options.budget * PROBE_BUDGET_SHARE if ctx.options.budget else None
         t0, checked, left = time.perf_counter(), [], 0
         for label, probe in inside[:MAX_SIZE_CHECKS]:
-            if allowance is not None and time.perf_counter() - t0 > allowance:
+            if out_of_time(t0, allowance):
                 left += 1
                 continue
             a, k = probe.real()

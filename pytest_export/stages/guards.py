@@ -191,10 +191,8 @@ def gives_up(explained: list[Explanation], names: dict[str, str], fixes: list[An
     for why in explained:
         if not why.relation:
             continue
-        for alone in why.alone:
-            name = alone.split("=", 1)[0]
-            if name in roots and " is accepted with " in alone:
-                size, other = alone.split("=", 1)[1].split(" is accepted with ")
+        for name, size, other in why.accepted:
+            if name in roots and other:
                 lines.append(f"(this fix gives up {name}={size} at every size of the others, though the program "
                              f"refuses it only where {why.where[0]}: it accepts {name}={size} with {other}; no Dim "
                              "excludes a relation)")
