@@ -32,7 +32,7 @@ def run(case: Case, keywords: dict[str, Any], *, nodeid: str, options: SessionOp
     the marker's ``keywords``, on ``device``; ``session`` gives the stages run-wide caches (the pytest session),
     ``prepare`` settles what only it knows (a known failure goes undiagnosed) before the case runs, ``progress``
     hears of each stage as it starts (``runner.run_case``)."""
-    from .repro import write_repro
+    from .repro.write import write_repro
     from .runner import run_case
 
     case_options = merge(options or SessionOptions(check=True), keywords)

@@ -22,10 +22,12 @@ ROOT = Path(pytest_export.__file__).parent
 STAGE_MODULES = [f"stages.{name}" for name in ORDER]
 
 LAYERS: list[list[str]] = [
+    # the subpackages: a docstring each, no imports
+    ["repro"],
     # plain helpers and torch glue with no package imports
-    ["util", "modstate", "ops", "timeout", "torchlog", "cost", "frames", "training", "reproscript", "reprochecks"],
+    ["util", "modstate", "ops", "timeout", "torchlog", "cost", "frames", "training", "repro.script", "repro.checks"],
     # the vocabulary: options and keywords, the result model, a run's scope, draft-export diagnosis
-    ["options", "results", "scope", "diagnose", "guardsource", "verdicts", "reprosource"],
+    ["options", "results", "scope", "diagnose", "guardsource", "verdicts", "repro.source"],
     ["refusal"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance)
     ["case", "compare", "baseline", "tags", "variants", "conformance"],
@@ -42,7 +44,7 @@ LAYERS: list[list[str]] = [
     STAGE_MODULES,
     ["stages"],
     # orchestration and the plain-Python entry point
-    ["runner", "repro"],
+    ["runner", "repro.write"],
     ["api"],
     # pytest: the session plugin object, marked items, the hooks
     ["session"],

@@ -13,10 +13,10 @@ import torch
 from torch.export import Dim
 
 from pytest_export.options import SessionOptions
-from pytest_export.repro import MARK, script_name
-from pytest_export.reprochecks import CHECKS
-from pytest_export.reproscript import assemble
-from pytest_export.reprosource import render_dynamic_shapes
+from pytest_export.repro.checks import CHECKS
+from pytest_export.repro.script import assemble
+from pytest_export.repro.source import render_dynamic_shapes
+from pytest_export.repro.write import MARK, script_name
 from tests.helpers import SHORTCUT, cases_by_name, run_check, statuses, write_cases
 
 CASES = '''

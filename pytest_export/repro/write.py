@@ -2,7 +2,7 @@
 report.
 
 For a case with a ``failed`` or ``xfailed`` stage (a known, baselined or ``xfail=`` failure included; ``error`` is
-the harness's own and gets none), the first such stage the script can check (``reproscript.SCRIPTED``) is the one
+the harness's own and gets none), the first such stage the script can check (``script.SCRIPTED``) is the one
 it checks. ``DIR/<nodeid, sanitized>.pt`` holds the module (pickled), its example inputs and, for ``guards``,
 ``fuzz`` and ``retrace`` at other sizes, the failing probe's inputs as the harness built them (its sizes, its
 seed); ``DIR/<name>.py`` holds the check. The module's classes are copied into the script where they are
@@ -21,12 +21,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .options import CaseOptions
-from .reprochecks import CHECKS
-from .reproscript import SCRIPTED, assemble, comment
-from .reprosource import NotScriptable, model_block, render_dynamic_shapes
-from .results import FAILED, XFAILED, CaseResult
-from .util import describe_exception
+from ..options import CaseOptions
+from ..results import FAILED, XFAILED, CaseResult
+from ..util import describe_exception
+from .checks import CHECKS
+from .script import SCRIPTED, assemble, comment
+from .source import NotScriptable, model_block, render_dynamic_shapes
 
 MARK = "# pytest-export repro script"
 MAX_SAVED_BYTES = 256 * 2**20  # a probe's inputs above this are saved as shapes and run with fake tensors
@@ -91,7 +91,7 @@ def _remove_stale(folder: Path, name: str) -> None:
 
 def _plan(stage: str, data: dict[str, Any], message: str, case: Any, options: CaseOptions,
           nodeid: str, ran: Any = None) -> tuple[str, dict[str, Any] | None, dict[str, Any]]:
-    """(the key of ``reproscript.CHECKS``, the probe to save or None, extra constants) for one failed stage."""
+    """(the key of ``checks.CHECKS``, the probe to save or None, extra constants) for one failed stage."""
     if stage not in SCRIPTED:
         raise NotScriptable(f"the {stage} stage is not scripted")
     if stage == "export" and (data.get("exception") == "UsageError" or data.get("signature") == "state-changed"):
@@ -106,7 +106,7 @@ def _plan(stage: str, data: dict[str, Any], message: str, case: Any, options: Ca
     if stage == "retrace" and not sizes:
         return stage, None, {}
     ctx, au = _context(case, options, nodeid, ran)
-    from .probing import PROBE_SEED, Probe, sized
+    from ..probing import PROBE_SEED, Probe, sized
 
     if stage == "retrace":
         values = _values(au.model, _named(sizes.group(1)))
@@ -141,9 +141,9 @@ def _context(case: Any, options: CaseOptions, nodeid: str, ran: Any = None) -> t
             return ran, au
     import torch
 
-    from .context import Context
-    from .observe import clone_inputs, preserved_python_state
-    from .torchlog import quiet_trace_logs
+    from ..context import Context
+    from ..observe import clone_inputs, preserved_python_state
+    from ..torchlog import quiet_trace_logs
 
     opts = dataclasses.replace(options, device="cpu")
     ctx = Context(case, opts, nodeid, Path(tempfile.gettempdir()))
@@ -181,7 +181,7 @@ def _values(model: Any, named: dict[str, int]) -> dict[str, int]:
 
 def _guards_probe(ctx: Any, au: Any, data: dict[str, Any]) -> dict[str, Any] | None:
     """The first probe guards failed on (in range: refused or wrong; out of range: accepted and wrong)."""
-    from .probing import PROBE_SEED, Probe, out_of_range_probes, sized
+    from ..probing import PROBE_SEED, Probe, out_of_range_probes, sized
 
     additional = 0
     for rec in data.get("probe_list") or []:
@@ -210,7 +210,7 @@ def _saved(sized: Any, sizes: str, in_range: bool, mode: str | None, seed: int) 
     import torch
     import torch.utils._pytree as pytree
 
-    from .cost import input_bytes
+    from ..cost import input_bytes
 
     out = {"sizes": sizes, "in_range": in_range, "seed": seed, "fake": True}
     if mode != "fake":
@@ -291,7 +291,7 @@ def _declared(dynamic_shapes: Any, case: Any) -> Any:
     """ShapesCollection and AdditionalInputs as the plain form torch resolves them to."""
     if dynamic_shapes is None or isinstance(dynamic_shapes, (dict, list, tuple)):
         return dynamic_shapes
-    from .declaration import resolve
+    from ..declaration import resolve
 
     return resolve(dynamic_shapes, case.module, case.args, case.kwargs)[0]
 

@@ -1,7 +1,7 @@
 """The text of a repro script (``--export-repro``): a standalone Python file, torch only, that loads a failing case's
 module and inputs from the ``.pt`` file beside it, runs the one check that failed, as the harness ran it, and
 prints ``REPRODUCED: ...`` (exit 1) or ``NOT REPRODUCED: ...`` (exit 0); ``COULD NOT CHECK`` (exit 2) where the
-script itself raised. ``repro`` decides what goes in; this module only assembles the text (no torch, no package
+script itself raised. ``write`` decides what goes in; this module only assembles the text (no torch, no package
 imports).
 """
 
@@ -333,7 +333,7 @@ def constants(values: dict[str, Any]) -> str:
 def assemble(*, header: str, future: bool, consts: dict[str, Any], model: str, inlined: bool, dims: str,
              check: str, check_text: str) -> str:
     """The whole script: header, imports, constants, the model's classes, the dynamic_shapes, the helpers, the check
-    (``check_text``, ``reprochecks.CHECKS[check]``) and ``main``."""
+    (``check_text``, ``checks.CHECKS[check]``) and ``main``."""
     parts = [header.rstrip() + "\n\n", "from __future__ import annotations\n\n" if future else "", _IMPORTS,
              constants(consts), model, _STAND_IN if inlined else _IMPORT_MODULES, "\n\n", dims, _COMMON]
     if check in ("probe", "retrace"):

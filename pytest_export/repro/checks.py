@@ -1,5 +1,5 @@
 """The checks a repro script (``--export-repro``) runs, one per failed stage it can check, as script text: each
-defines ``check()``, which returns ``(reproduced, what)``. ``reproscript`` holds the helpers they call
+defines ``check()``, which returns ``(reproduced, what)``. ``script`` holds the helpers they call
 (``load``, ``export``, ``disagreement``, the probe's ``in_range`` / ``out_of_range``); no imports here.
 """
 

@@ -19,7 +19,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from .reproscript import RESERVED
+from .script import RESERVED
 
 
 class NotScriptable(Exception):
