@@ -49,9 +49,9 @@ def _prepare(module: Any, args: tuple, kwargs: dict, keywords: dict, result: Any
     from pytest_export.case import Case
     from pytest_export.context import Context
     from pytest_export.options import SessionOptions, merge
-    from pytest_export.probing import in_range_probes, out_of_range_probes, probe_inputs
+    from pytest_export.probes.choose import in_range_probes, out_of_range_probes, probe_inputs
+    from pytest_export.probes.strategies import build_inputs, fake_inputs
     from pytest_export.stages.fuzz import value_seed
-    from pytest_export.strategies import build_inputs, fake_inputs
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     options = merge(SessionOptions(check=True), {k: v for k, v in keywords.items() if k != "tags"})

@@ -121,7 +121,7 @@ class Context:
         if self._costs is None:
             import time
 
-            from .cost import Costs, Measure, counted, default_max_memory, input_bytes
+            from .probes.cost import Costs, Measure, counted, default_max_memory, input_bytes
 
             costs = Costs(self.options.max_memory or default_max_memory(), self.options.budget,
                           auto=self.options.budget_auto)
@@ -168,7 +168,7 @@ class Context:
 
     def eager_counted(self, args: tuple, kwargs: dict):
         """Eager on fake inputs, counted: (its ``Observation``, its ``cost.Measure``, None where not countable)."""
-        from .cost import counted, input_bytes
+        from .probes.cost import counted, input_bytes
 
         if not self.countable():
             with quiet_fake_logs():

@@ -22,7 +22,7 @@ from .case import input_names
 from .context import Context
 from .declaration import parse
 from .observe import clone_inputs, preserved_python_state
-from .probing import ACCEPTED, UNCHECKED, run_eager, run_program, sized, spread
+from .probes.choose import ACCEPTED, UNCHECKED, run_eager, run_program, sized, spread
 from .torchlog import quiet_trace_logs
 from .util import describe_exception
 

@@ -151,7 +151,7 @@ def _is_positive_int(v: Any) -> str | None:
 
 
 def _is_memory(v: Any) -> str | None:
-    from .cost import parse_memory
+    from .probes.cost import parse_memory
 
     try:
         parse_memory(v, "max_memory")
@@ -387,7 +387,7 @@ def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
                      "require_numerics") and value is None:
             continue
         elif key == "max_memory":
-            from .cost import parse_memory
+            from .probes.cost import parse_memory
 
             value = parse_memory(value, "max_memory")
         elif key == "budget":

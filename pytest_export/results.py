@@ -138,7 +138,7 @@ class CaseResult:
 
     def coverage_lines(self) -> list[str]:
         """One line per declared dim: how far shapes and numerics checked it (issue #23)."""
-        from .cost import coverage_line
+        from .probes.cost import coverage_line
 
         cov = self.info.get("ranges") or {}
         lines = [coverage_line(row) for row in cov.get("dims", [])]

@@ -131,7 +131,7 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
 def _require_numerics(result: CaseResult, options: CaseOptions) -> CaseResult:
     """``--export-require-numerics`` / ``require_numerics=True``: a case that would pass with numerics short of a
     declared max ends as ``error`` (issue #31): the harness could not decide there with real tensors."""
-    from .cost import short_of_max, short_text
+    from .probes.cost import short_of_max, short_text
 
     short = short_of_max(result.info.get("ranges"))
     if not options.require_numerics or not short or result.outcome not in (PASSED, XFAILED):

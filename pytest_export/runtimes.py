@@ -15,10 +15,10 @@ from typing import Any
 
 from .compare import Mismatch, compare_trees
 from .context import Context, StageFailure
-from .cost import PROBE_BUDGET_SHARE
 from .observe import Observation, random_note, without_random
 from .ops import random_outputs
-from .probing import deployment_sizes
+from .probes.choose import deployment_sizes
+from .probes.cost import PROBE_BUDGET_SHARE
 from .results import FAILED, XFAILED
 from .util import plural
 

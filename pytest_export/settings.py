@@ -97,7 +97,7 @@ def _budget(value: Any, flag: str) -> float | str | None:
 
 
 def _memory(value: Any, flag: str) -> int | None:
-    from .cost import parse_memory
+    from .probes.cost import parse_memory
 
     return parse_memory(value, flag)
 

@@ -23,9 +23,9 @@ STAGE_MODULES = [f"stages.{name}" for name in ORDER]
 
 LAYERS: list[list[str]] = [
     # the subpackages: a docstring each, no imports
-    ["repro"],
+    ["repro", "probes"],
     # plain helpers and torch glue with no package imports
-    ["util", "modstate", "ops", "timeout", "torchlog", "cost", "frames", "training", "repro.script", "repro.checks"],
+    ["util", "modstate", "ops", "timeout", "torchlog", "probes.cost", "frames", "training", "repro.script", "repro.checks"],
     # the vocabulary: options and keywords, the result model, a run's scope, draft-export diagnosis
     ["options", "results", "scope", "diagnose", "guardsource", "verdicts", "repro.source"],
     ["refusal"],
@@ -35,9 +35,9 @@ LAYERS: list[list[str]] = [
     ["declaration", "observe", "settings", "gate", "summary", "progress"],
     ["audit", "report"],
     # what stages share
-    ["strategies", "context"],
-    ["sizing"],
-    ["probing"],
+    ["probes.strategies", "context"],
+    ["probes.sizing"],
+    ["probes.choose"],
     # the declaration a failing program really accepts, checked before it is offered; a runtime against eager
     ["fixes", "runtimes"],
     # the stages, one module each, and their registry

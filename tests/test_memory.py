@@ -18,8 +18,8 @@ from torch.export import Dim
 import pytest_export
 from pytest_export import context as context_mod
 from pytest_export.api import build
-from pytest_export.cost import Costs
 from pytest_export.options import SessionOptions, merge
+from pytest_export.probes.cost import Costs
 from pytest_export.runner import run_case
 
 
@@ -292,7 +292,7 @@ def test_a_default_budget_is_raised_to_afford_the_edges_and_a_given_one_is_kept(
 
 
 def test_an_edge_that_does_not_fit_the_memory_cap_says_so_on_its_dims_line():
-    from pytest_export.cost import coverage_line
+    from pytest_export.probes.cost import coverage_line
 
     costs = Costs(max_memory=2**30, budget=30.0)
     costs.record({"batch": (4, 1, 64)}, "numeric")

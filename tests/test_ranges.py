@@ -18,8 +18,8 @@ import torch
 from torch.export import Dim
 
 import pytest_export
-from pytest_export import cost
-from pytest_export.cost import coverage_line, parse_memory
+from pytest_export.probes import cost
+from pytest_export.probes.cost import coverage_line, parse_memory
 
 
 class Attention(torch.nn.Module):

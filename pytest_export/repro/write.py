@@ -106,7 +106,7 @@ def _plan(stage: str, data: dict[str, Any], message: str, case: Any, options: Ca
     if stage == "retrace" and not sizes:
         return stage, None, {}
     ctx, au = _context(case, options, nodeid, ran)
-    from ..probing import PROBE_SEED, Probe, sized
+    from ..probes.choose import PROBE_SEED, Probe, sized
 
     if stage == "retrace":
         values = _values(au.model, _named(sizes.group(1)))
@@ -181,7 +181,7 @@ def _values(model: Any, named: dict[str, int]) -> dict[str, int]:
 
 def _guards_probe(ctx: Any, au: Any, data: dict[str, Any]) -> dict[str, Any] | None:
     """The first probe guards failed on (in range: refused or wrong; out of range: accepted and wrong)."""
-    from ..probing import PROBE_SEED, Probe, out_of_range_probes, sized
+    from ..probes.choose import PROBE_SEED, Probe, out_of_range_probes, sized
 
     additional = 0
     for rec in data.get("probe_list") or []:
@@ -210,7 +210,7 @@ def _saved(sized: Any, sizes: str, in_range: bool, mode: str | None, seed: int) 
     import torch
     import torch.utils._pytree as pytree
 
-    from ..cost import input_bytes
+    from ..probes.cost import input_bytes
 
     out = {"sizes": sizes, "in_range": in_range, "seed": seed, "fake": True}
     if mode != "fake":

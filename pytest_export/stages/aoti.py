@@ -24,7 +24,7 @@ from ..compare import Mismatch
 from ..context import Context, Stage, StageFailure
 from ..observe import RUN_SEED, Observation, clone_inputs, compare_observations, random_note, seed_all, without_random
 from ..ops import random_outputs
-from ..probing import NUMERIC, in_range_inputs, out_of_range_inputs, plan_for
+from ..probes.choose import NUMERIC, in_range_inputs, out_of_range_inputs, plan_for
 
 
 def _numeric(ctx: Context, probe: Any) -> bool:

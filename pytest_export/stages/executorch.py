@@ -33,8 +33,8 @@ import time
 from typing import Any, Iterator
 
 from ..context import Context, Stage, StageFailure, StageSkip
-from ..cost import format_bytes
 from ..observe import Observation
+from ..probes.cost import format_bytes
 from ..results import HarnessError
 from ..runtimes import EXAMPLE, RuntimeChecks, out_of_time
 from ..util import describe_exception, plural

@@ -15,9 +15,9 @@ import time
 from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
-from ..strategies import BuilderError, assignments, boundary_assignments, shapes_of
-from ..probing import (REFUSED_IN_RANGE, UNCHECKED, WRONG_IN_RANGE, has_small_size, in_range_problem, mark_refusal, plan_for,
-                       run_program, sized)
+from ..probes.choose import (REFUSED_IN_RANGE, UNCHECKED, WRONG_IN_RANGE, has_small_size, in_range_problem,
+                             mark_refusal, plan_for, run_program, sized)
+from ..probes.strategies import BuilderError, assignments, boundary_assignments, shapes_of
 from ..timeout import checkpoint
 from ..util import describe_exception, plural
 

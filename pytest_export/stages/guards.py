@@ -21,12 +21,11 @@ from typing import Any
 from ..context import Context, Stage, StageFailure
 from ..fixes import check, propose, tie_lines
 from ..guardsource import refusing_guards
+from ..probes.choose import (ACCEPTED, EAGER_RAISED_IN_RANGE, FAKE, RAISED, REFUSED_IN_RANGE, UNCHECKED, has_small_size,
+                             in_range_probes, in_range_problem, mark_refusal, mismatch, out_of_range_probes, plan_edges,
+                             run_eager, run_program, sized)
 from ..refusal import Explanation, model_fix
 from ..util import plural
-from ..probing import (ACCEPTED, EAGER_RAISED_IN_RANGE, FAKE, RAISED, REFUSED_IN_RANGE, UNCHECKED,
-                       has_small_size, in_range_probes, in_range_problem, mark_refusal, mismatch, out_of_range_probes,
-                       plan_edges,
-                       run_eager, run_program, sized)
 
 
 def _one_line(text: str, limit: int = 400) -> str:

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
-from ..cost import format_bytes
 from ..observe import Observation
+from ..probes.cost import format_bytes
 from ..results import HarnessError
 from ..runtimes import EXAMPLE, RuntimeChecks, out_of_time
 from ..util import describe_exception

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..context import Context, Stage, StageFailure
 from ..observe import clone_inputs
-from ..probing import ACCEPTED, FAKE, UNCHECKED, in_range_inputs, mismatch, run_program
+from ..probes.choose import ACCEPTED, FAKE, UNCHECKED, in_range_inputs, mismatch, run_program
 from ..torchlog import quiet_trace_logs
 from ..util import describe_exception, finite_int, plural
 

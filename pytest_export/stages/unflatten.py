@@ -13,7 +13,7 @@ from typing import Any
 
 from ..context import Context, Stage, StageFailure
 from ..observe import observe
-from ..probing import mismatch
+from ..probes.choose import mismatch
 from ..results import FAILED, PASSED, XFAILED
 from ..util import describe_exception, plural
 

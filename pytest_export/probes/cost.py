@@ -229,7 +229,7 @@ class Costs:
     max_memory: int
     budget: float | None  # seconds of probing (None: no limit)
     auto: bool = False  # the budget is the default one: ``size_for_edges`` may raise it
-    spent_s: float = 0.0  # seconds spent probing so far (``probing``)
+    spent_s: float = 0.0  # seconds spent probing so far (``choose``)
     _since: float | None = None  # when the probing now running began
     example: Measure | None = None  # the example's fake count, with its real time and peak
     real_peak: int = 0  # the example's measured real peak (bytes of live tensors)

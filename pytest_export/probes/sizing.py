@@ -8,16 +8,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .audit import FuzzModel
-from .compare import Mismatch
-from .context import Context
+from ..audit import FuzzModel
+from ..compare import Mismatch
+from ..context import Context
+from ..frames import at_text
+from ..observe import Observation, compare_observations, shape_mismatch
+from ..results import HarnessError
+from ..timeout import Expired, time_limit
+from ..util import describe_exception
 from .cost import FAKE, NUMERIC, Plan
-from .frames import at_text
-from .observe import Observation, compare_observations, shape_mismatch
-from .results import HarnessError
 from .strategies import BuilderError, build_inputs, fake_inputs
-from .timeout import Expired, time_limit
-from .util import describe_exception
 
 ACCEPTED, REFUSED, RAISED = "accepted", "refused", "raised"
 UNCHECKED = "unchecked"  # neither fake nor numeric could run it (``Verdict.message`` says why)
