@@ -14,16 +14,16 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import baseline as bl
 from .conformance import stage_order
-from .gate import judge_report
+from .gate import baseline as bl
+from .gate.judge import judge_report
+from .gate.scope import Scope
+from .gate.verdicts import said
 from .options import SessionOptions, UsageError
 from .report import (build_report, lines_path, load_report, partial_text, write_json_atomic, write_summary_md,
                      write_text_atomic)
-from .scope import Scope
 from .summary import coverage_line, coverage_summary, stage_table
 from .util import markdown_table, plural, text_table
-from .verdicts import said
 
 BAD = ("failed", "error", "xpassed")
 USAGE_ERROR = 4  # pytest's exit status for a usage error: the in-run gate's for a missing or broken baseline

@@ -106,7 +106,7 @@ def settle(item: pytest.Item, result: CaseResult, *, act: bool = True,
     the test's first line) and, with ``act``, fail, xfail or warn the test as the gate says; a case whose failures
     were all expected xfails. Without ``act`` (``raise_on_failure=False``) the test decides: the case is not gated
     against the baseline, and counts as its test ends; an error still fails the test (there is nothing to decide)."""
-    from .gate import FAIL, WARN, XFAIL, xfailed_text
+    from .gate.judge import FAIL, WARN, XFAIL, xfailed_text
     from .options import ExportWarning
     from .results import XFAILED
 

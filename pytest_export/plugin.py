@@ -100,7 +100,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         # sent ahead of the call, so the controller can report the case if its worker dies running it
         report.export_case = {"tags": case_tags(item, MARKER)}
     if call.when in ("setup", "call") and check and items_mod.is_case(item):
-        from .scope import xfail_mark
+        from .gate.scope import xfail_mark
 
         mark = xfail_mark(item)  # pytest's own xfail mark, as it evaluated it: for both gates (#24)
         if mark:

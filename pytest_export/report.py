@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
 
 from . import summary
-from .scope import FROM_OUTSIDE, Scope, test_id
+from .gate.scope import FROM_OUTSIDE, Scope, test_id
 from .util import plural
 
 if TYPE_CHECKING:
-    from .baseline import Baseline
+    from .gate.baseline import Baseline
     from .options import SessionOptions
 
 REPORT_VERSION = 1

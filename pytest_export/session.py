@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from . import settings, timeout
-from .scope import Recorder, empty_shard, folders_of, interrupted, split_of, stopped_of
+from .gate.scope import Recorder, empty_shard, folders_of, interrupted, split_of, stopped_of
 
 if TYPE_CHECKING:  # imported where used: a run without --export-check loads none of them
     from .case import Case
@@ -144,7 +144,7 @@ class ExportSession:
         self._ready()
         self._tmp_factory = self._tmp_factory or tmp_factory
         from .api import run
-        from .gate import diagnosis_skipped
+        from .gate.judge import diagnosis_skipped
         from .progress import Progress
 
         def prepare(options: CaseOptions) -> None:
@@ -160,7 +160,7 @@ class ExportSession:
     @property
     def baseline(self):
         if self._baseline is None and self.check and self.options.baseline:
-            from . import baseline as bl
+            from .gate import baseline as bl
             from .options import UsageError
 
             try:
@@ -171,7 +171,7 @@ class ExportSession:
 
     def gate(self, result: CaseResult) -> tuple[str, str]:
         """What the item does with its result: ``("fail" | "xfail" | "warn" | "pass", text)`` (see ``gate.judge``)."""
-        from .gate import judge
+        from .gate.judge import judge
 
         return judge(result, self.baseline, self.options)
 
@@ -248,7 +248,7 @@ class ExportSession:
                 self.lines.start(report.nodeid)
         results = getattr(report, "export_results", None)
         if results and report.when == "call":
-            from .verdicts import settle
+            from .gate.verdicts import settle
 
             settle(results, report)  # what pytest reported for the item, and why (#26)
             for r in results:
@@ -259,8 +259,8 @@ class ExportSession:
             why = "the worker running it crashed" if report.when not in ("setup", "call", "teardown") \
                 else f"{report.when} failed"
             text = str(report.longrepr).strip().splitlines()
+            from .gate.verdicts import reported
             from .results import ERROR, CaseResult
-            from .verdicts import reported
 
             self.record({**CaseResult(
                 report.nodeid, outcome=ERROR, tags=list(self.pending[report.nodeid].get("tags", [])),
@@ -343,7 +343,7 @@ class ExportSession:
         scope = self.recorder.scope(folders_of(self.config), split_of(self.config),
                                     stopped_of(session, self.recorder.errors))  # read by both gates (#24)
         if self.options.baseline:
-            from .gate import finish
+            from .gate.judge import finish
 
             verdict = finish(self.baseline, cases, scope, self.options)
             if verdict.updated is not None:

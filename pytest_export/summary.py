@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .conformance import conformance_table, core_ops_reached, stage_order
+from .gate.verdicts import (FAILING, KNOWN, MARKED, PASSED, SKIPPED, bad_stages, case_column, failing_label, head,
+                            stage_column, verdict_of)
 from .util import markdown_table, text_table
-from .verdicts import (FAILING, KNOWN, MARKED, PASSED, SKIPPED, bad_stages, case_column, failing_label, head,
-                       stage_column, verdict_of)
 
 COLUMNS = ("passed", "failed", "skipped", "xfailed")
 COLUMNS_KNOWN = ("passed", "failed", "known", "skipped", "xfailed")  # where the baseline knows some failures

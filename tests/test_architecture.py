@@ -23,16 +23,16 @@ STAGE_MODULES = [f"stages.{name}" for name in ORDER]
 
 LAYERS: list[list[str]] = [
     # the subpackages: a docstring each, no imports
-    ["repro", "probes"],
+    ["repro", "probes", "gate"],
     # plain helpers and torch glue with no package imports
     ["util", "modstate", "ops", "timeout", "torchlog", "probes.cost", "frames", "training", "repro.script", "repro.checks"],
     # the vocabulary: options and keywords, the result model, a run's scope, draft-export diagnosis
-    ["options", "results", "scope", "diagnose", "guardsource", "verdicts", "repro.source"],
+    ["options", "results", "gate.scope", "diagnose", "guardsource", "gate.verdicts", "repro.source"],
     ["refusal"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance)
-    ["case", "compare", "baseline", "tags", "variants", "conformance"],
+    ["case", "compare", "gate.baseline", "tags", "variants", "conformance"],
     # the declaration, one observed forward call, session settings, the gate, text summaries
-    ["declaration", "observe", "settings", "gate", "summary", "progress"],
+    ["declaration", "observe", "settings", "gate.judge", "summary", "progress"],
     ["audit", "report"],
     # what stages share
     ["probes.strategies", "context"],

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_export import baseline as bl
-from pytest_export import gate
+from pytest_export.gate import baseline as bl
+from pytest_export.gate import judge as gate
 from pytest_export.options import SessionOptions
 from pytest_export.results import CaseResult, StageResult
 

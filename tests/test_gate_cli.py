@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from pytest_export import baseline as bl
 from pytest_export.__main__ import main
+from pytest_export.gate import baseline as bl
 
 SIG = "mismatch"
 XPASS = "XPASS(strict): expected to fail (planted) but passed; remove the xfail entry"  # as the runner words it
@@ -97,7 +97,7 @@ def test_each_rule_of_the_in_run_gate(tmp_path, capsys, cases, failures, ops, rc
 
 def test_the_gate_lines_are_the_in_run_gates(tmp_path, capsys):
     """Every line before the verdict is one ``gate.finish`` writes at the end of a run over the same judged cases."""
-    from pytest_export.gate import finish, judge
+    from pytest_export.gate.judge import finish, judge
     from pytest_export.options import SessionOptions
     from pytest_export.results import CaseResult
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pytest_export import baseline as bl
+from pytest_export.gate import baseline as bl
 from tests.helpers import HANGS, LIN, SHORTCUT, write_cases
 
 CASES = '''
@@ -503,7 +503,7 @@ def test_an_update_keeps_the_entries_of_stages_that_reached_no_verdict(pytester,
 
 def test_a_non_core_op_whose_decomposition_did_not_run_is_kept_and_not_stale():
     """decomp skipped behind a failed export lists no ops: its case still owns its non-core op (#32)."""
-    from pytest_export.scope import Scope
+    from pytest_export.gate.scope import Scope
 
     skipped = {"nodeid": "t.py::bn", "outcome": "failed",
                "stages": {"export": {"status": "failed", "message": "m"}, "decomp": {"status": "skipped"}}}

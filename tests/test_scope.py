@@ -13,7 +13,7 @@ import json
 import pytest
 
 from pytest_export.__main__ import main
-from pytest_export.scope import Scope
+from pytest_export.gate.scope import Scope
 from tests.helpers import SHORTCUT, write_cases
 
 RELU = "    return torch.nn.ReLU(), (torch.ones(3),)\n"

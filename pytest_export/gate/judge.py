@@ -16,13 +16,13 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..results import BAD, XFAILED, CaseResult
 from . import baseline as bl
-from .results import BAD, XFAILED, CaseResult
 from .scope import Scope
 from .verdicts import MARKED, decided, item_verdict
 
 if TYPE_CHECKING:
-    from .options import CaseOptions, SessionOptions
+    from ..options import CaseOptions, SessionOptions
 
 FAIL, XFAIL, WARN, PASS = "fail", "xfail", "warn", "pass"
 
@@ -82,7 +82,7 @@ def diagnosis_skipped(nodeid: str, case: CaseOptions, base: bl.Baseline | None, 
     """Why a failed export of this case goes undiagnosed under ``--export-diagnose=auto`` (issue #26), decided
     before it runs: its ``export`` stage is known to the baseline (the item's test id names its mode and device),
     or expected by the marker's ``xfail=`` for its mode and device. "" where it is diagnosed (or never is)."""
-    from .options import xfail_for
+    from ..options import xfail_for
 
     if not case.diagnose or options.diagnose_when != "auto":
         return ""

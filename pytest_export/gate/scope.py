@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Sequence
 
-from .util import plural
+from ..util import plural
 
 INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED: Ctrl-C, SIGTERM, collection errors, pytest.exit()
 NO_TESTS_COLLECTED = 5  # pytest.ExitCode.NO_TESTS_COLLECTED

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from .util import plural
+from ..util import plural
 
 PASSED, KNOWN, NEW, FAILED, STALE, ERROR, XFAILED, XPASSED, SKIPPED = (
     "passed", "known", "new", "failed", "stale", "error", "xfailed", "xpassed", "skipped")
