@@ -31,7 +31,7 @@ def measure(repeats: int = 3, examples: int = 50) -> dict:
 
     import pytest_export
     from pytest_export.audit import audit
-    from pytest_export.declaration import parse
+    from pytest_export.declare.shapes import parse
     from pytest_export.probes.strategies import build_inputs
     from pytest_export.stages.fuzz import value_seed
 

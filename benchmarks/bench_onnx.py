@@ -24,7 +24,7 @@ def measure(repeats: int = 3) -> dict | None:
 
     import pytest_export
     from cases import make_cases
-    from pytest_export.options import SessionOptions
+    from pytest_export.declare.options import SessionOptions
 
     import warnings
 

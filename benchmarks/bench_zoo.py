@@ -46,9 +46,9 @@ def _prepare(module: Any, args: tuple, kwargs: dict, keywords: dict, result: Any
     """The floor's inputs, built with the harness's own builders before the floor's clock starts."""
     import torch
 
-    from pytest_export.case import Case
     from pytest_export.context import Context
-    from pytest_export.options import SessionOptions, merge
+    from pytest_export.declare.case import Case
+    from pytest_export.declare.options import SessionOptions, merge
     from pytest_export.probes.choose import in_range_probes, out_of_range_probes, probe_inputs
     from pytest_export.probes.strategies import build_inputs, fake_inputs
     from pytest_export.stages.fuzz import value_seed

@@ -134,7 +134,7 @@ def bench_variants(repeats: int) -> dict:
 
     import pytest_export
     from cases import make_cases
-    from pytest_export.options import SessionOptions
+    from pytest_export.declare.options import SessionOptions
 
     warnings.filterwarnings("ignore")
     cases = make_cases()

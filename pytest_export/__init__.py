@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 __all__ = ["check", "CaseResult", "StageResult", "ExportCheckFailure", "UsageError", "ExportWarning", "STAGES", "__version__"]
 
-_WHERE = {"check": "api", "STAGES": "options", "ExportWarning": "options", "UsageError": "options",
-          "CaseResult": "results", "ExportCheckFailure": "results", "StageResult": "results"}
+_WHERE = {"check": "api", "STAGES": "declare.options", "ExportWarning": "declare.options",
+          "UsageError": "declare.options", "CaseResult": "results", "ExportCheckFailure": "results",
+          "StageResult": "results"}
 
 if TYPE_CHECKING:
     from .api import check
-    from .options import STAGES, ExportWarning, UsageError
+    from .declare.options import STAGES, ExportWarning, UsageError
     from .results import CaseResult, ExportCheckFailure, StageResult
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .conformance import stage_order
+from .declare.options import SessionOptions, UsageError
 from .gate import baseline as bl
 from .gate.judge import judge_report
 from .gate.scope import Scope
 from .gate.verdicts import said
-from .options import SessionOptions, UsageError
 from .report import (build_report, lines_path, load_report, partial_text, write_json_atomic, write_summary_md,
                      write_text_atomic)
 from .summary import coverage_line, coverage_summary, stage_table

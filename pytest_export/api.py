@@ -9,16 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .options import CaseOptions, SessionOptions, merge, validate_keywords
+from .declare.options import CaseOptions, SessionOptions, merge, validate_keywords
 from .results import CaseResult
 
 if TYPE_CHECKING:
-    from .case import Case
+    from .declare.case import Case
 
 
 def build(name: str, module: Any, args: Any, kwargs: Any, keywords: dict[str, Any]) -> Case:
     """A case from a module and its inputs, the marker's ``keywords`` validated (:class:`UsageError` if not)."""
-    from .case import Case
+    from .declare.case import Case
 
     validate_keywords(name, (), keywords)
     return Case.build(name, module, args, kwargs)

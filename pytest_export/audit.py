@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .declaration import Axis, Declaration, Root
+from .declare.shapes import Axis, Declaration, Root
 from .guardsource import refusing_guards
 from .util import finite_int
 

@@ -15,12 +15,12 @@ import torch
 import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
 
 from .audit import KEPT, REFUSED_IN_RANGE, audit
-from .case import Case
 from .compare import Mismatch
-from .declaration import parse
+from .declare.case import Case
+from .declare.options import CaseOptions, UsageError
+from .declare.shapes import parse
 from .modstate import StateKeeper
 from .observe import Observation, compare_observations, observe
-from .options import CaseOptions, UsageError
 from .results import FAILED, XFAILED, CaseResult, HarnessError
 from .torchlog import quiet_fake_logs
 from .util import describe_exception

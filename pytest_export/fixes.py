@@ -18,9 +18,9 @@ import re
 from typing import Any, Callable
 
 from .audit import FuzzModel, audit
-from .case import input_names
 from .context import Context
-from .declaration import parse
+from .declare.case import input_names
+from .declare.shapes import parse
 from .observe import clone_inputs, preserved_python_state
 from .probes.choose import ACCEPTED, UNCHECKED, run_eager, run_program, sized, spread
 from .torchlog import quiet_trace_logs

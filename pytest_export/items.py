@@ -22,7 +22,7 @@ import pytest
 from .session import session_of
 
 if TYPE_CHECKING:
-    from .case import Case
+    from .declare.case import Case
     from .results import CaseResult
 
 MARKER = "exportable"
@@ -106,8 +106,8 @@ def settle(item: pytest.Item, result: CaseResult, *, act: bool = True,
     the test's first line) and, with ``act``, fail, xfail or warn the test as the gate says; a case whose failures
     were all expected xfails. Without ``act`` (``raise_on_failure=False``) the test decides: the case is not gated
     against the baseline, and counts as its test ends; an error still fails the test (there is nothing to decide)."""
+    from .declare.options import ExportWarning
     from .gate.judge import FAIL, WARN, XFAIL, xfailed_text
-    from .options import ExportWarning
     from .results import XFAILED
 
     if not act:  # export_check(raise_on_failure=False): its test decides; the gate keeps only an error (#32)
@@ -171,7 +171,7 @@ def wrap(item: pytest.Function, func: Callable[..., Any]) -> Callable[..., None]
 
 
 def _run_marked(item: pytest.Function, value: Any) -> None:
-    from .options import ExportWarning, UsageError, validate_keywords
+    from .declare.options import ExportWarning, UsageError, validate_keywords
     from .results import ERROR, CaseResult
 
     es = session_of(item.config)
@@ -218,7 +218,7 @@ def fixture_check(request: pytest.FixtureRequest, tmp_path: Path,
     def export_check(module: Any, args: Any, kwargs: Any = None, *, raise_on_failure: bool = True,
                      device: str = "cpu", **keywords: Any) -> CaseResult:
         from .api import build
-        from .options import UsageError
+        from .declare.options import UsageError
         from .variants import is_device
 
         where = item.nodeid

@@ -13,8 +13,8 @@ import torch
 import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
 
 from .compare import compare_trees, same_structure, structure_difference
+from .declare.options import CaseOptions
 from .modstate import StateKeeper, python_state, restore_python_state
-from .options import CaseOptions
 from .timeout import checkpoint
 
 RUN_SEED = 0x5EED

@@ -14,7 +14,7 @@ import pytest
 
 from . import items as items_mod  # the collection hook's argument is called `items`
 from . import session as session_mod
-from . import settings
+from .declare import settings
 from .items import MARKER, VARIANT, ExportBaselineWarning
 
 

@@ -23,8 +23,8 @@ from .gate.scope import FROM_OUTSIDE, Scope, test_id
 from .util import plural
 
 if TYPE_CHECKING:
+    from .declare.options import SessionOptions
     from .gate.baseline import Baseline
-    from .options import SessionOptions
 
 REPORT_VERSION = 1
 COVERAGE_VERSION = 1

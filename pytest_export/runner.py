@@ -11,10 +11,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from .case import Case
 from .context import Context, Stage, StageFailure, StageSkip
+from .declare.case import Case
+from .declare.options import CaseOptions, xfail_for
 from .observe import observe
-from .options import CaseOptions, xfail_for
 from .results import ERROR, FAILED, PASSED, SKIPPED, XFAILED, XPASSED, CaseResult, HarnessError, StageResult
 from .stages import REGISTRY
 from .timeout import CaseTimeout, supported, time_limit

@@ -2,9 +2,8 @@
 aggregation of cases and torch facts from xdist workers, and the end of the run on the controller (also when
 SIGTERM or Ctrl-C stops it: issue #23).
 
-What it delegates: ``settings`` parses the options, ``scope`` records what the run covers (#24), ``gate`` judges
-results and the baseline over it, ``report`` writes every file, ``summary`` and ``conformance`` render the tables.
-A run without the plugin's options loads none of them.
+What it delegates (none loads in a run without the plugin's options): ``declare.settings`` parses the options;
+``gate`` records what the run covers (#24) and judges it, ``report`` writes every file, ``summary`` the tables.
 """
 
 from __future__ import annotations
@@ -18,12 +17,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from . import settings, timeout
+from . import timeout
+from .declare import settings
 from .gate.scope import Recorder, empty_shard, folders_of, interrupted, split_of, stopped_of
 
 if TYPE_CHECKING:  # imported where used: a run without --export-check loads none of them
-    from .case import Case
-    from .options import CaseOptions, SessionOptions
+    from .declare.case import Case
+    from .declare.options import CaseOptions, SessionOptions
     from .report import CaseLines
     from .results import CaseResult
     from .variants import Variant
@@ -111,16 +111,16 @@ class ExportSession:
 
     def build_case(self, where: str, value: Any) -> Case:
         self._ready()
-        from .case import Case
+        from .declare.case import Case
 
         return Case.from_return(where, value)
 
     def smoke(self, where: str, case: Case, dynamic_shapes: Any = None) -> list[str]:
         """Without --export-check: the declaration is checked against the case (keys, axes, ranges, examples),
         and eager forward runs once; nothing is exported (#17). Returns its warnings (the item attributes them)."""
-        from .declaration import parse
+        from .declare.options import UsageError
+        from .declare.shapes import parse
         from .frames import located
-        from .options import UsageError
         from .runner import describe_exception, smoke
 
         found: list[str] = []
@@ -160,8 +160,8 @@ class ExportSession:
     @property
     def baseline(self):
         if self._baseline is None and self.check and self.options.baseline:
+            from .declare.options import UsageError
             from .gate import baseline as bl
-            from .options import UsageError
 
             try:
                 self._baseline = bl.load(self.options.baseline, missing_ok=self.options.baseline_update)

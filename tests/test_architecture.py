@@ -16,23 +16,23 @@ from pathlib import Path
 import pytest
 
 import pytest_export
-from pytest_export.options import ORDER
+from pytest_export.declare.options import ORDER
 
 ROOT = Path(pytest_export.__file__).parent
 STAGE_MODULES = [f"stages.{name}" for name in ORDER]
 
 LAYERS: list[list[str]] = [
     # the subpackages: a docstring each, no imports
-    ["repro", "probes", "gate"],
+    ["repro", "probes", "gate", "declare"],
     # plain helpers and torch glue with no package imports
     ["util", "modstate", "ops", "timeout", "torchlog", "probes.cost", "frames", "training", "repro.script", "repro.checks"],
     # the vocabulary: options and keywords, the result model, a run's scope, draft-export diagnosis
-    ["options", "results", "gate.scope", "diagnose", "guardsource", "gate.verdicts", "repro.source"],
+    ["declare.options", "results", "gate.scope", "diagnose", "guardsource", "gate.verdicts", "repro.source"],
     ["refusal"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance)
-    ["case", "compare", "gate.baseline", "tags", "variants", "conformance"],
+    ["declare.case", "compare", "gate.baseline", "tags", "variants", "conformance"],
     # the declaration, one observed forward call, session settings, the gate, text summaries
-    ["declaration", "observe", "settings", "gate.judge", "summary", "progress"],
+    ["declare.shapes", "observe", "declare.settings", "gate.judge", "summary", "progress"],
     ["audit", "report"],
     # what stages share
     ["probes.strategies", "context"],
@@ -114,7 +114,7 @@ def test_no_module_reaches_into_another_modules_private_names():
 
 
 def test_every_stage_is_a_module_by_its_name_in_one_order():
-    from pytest_export.options import STAGES
+    from pytest_export.declare.options import STAGES
     from pytest_export.stages import REGISTRY
 
     assert [s.name for s in REGISTRY] == list(ORDER) == ["eager", *STAGES]
@@ -152,9 +152,9 @@ def test_the_readme_stage_example_runs(tmp_path):
 
     import torch
 
-    from pytest_export.case import Case
     from pytest_export.context import Context
-    from pytest_export.options import CaseOptions
+    from pytest_export.declare.case import Case
+    from pytest_export.declare.options import CaseOptions
     from pytest_export.runner import _run_stage
     from pytest_export.stages import REGISTRY
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_export.options import ORDER
+from pytest_export.declare.options import ORDER
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

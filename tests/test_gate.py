@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_export.declare.options import SessionOptions
 from pytest_export.gate import baseline as bl
 from pytest_export.gate import judge as gate
-from pytest_export.options import SessionOptions
 from pytest_export.results import CaseResult, StageResult
 
 

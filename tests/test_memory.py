@@ -18,7 +18,7 @@ from torch.export import Dim
 import pytest_export
 from pytest_export import context as context_mod
 from pytest_export.api import build
-from pytest_export.options import SessionOptions, merge
+from pytest_export.declare.options import SessionOptions, merge
 from pytest_export.probes.cost import Costs
 from pytest_export.runner import run_case
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import pytest_export
-from pytest_export.case import Case
-from pytest_export.options import CaseOptions
 from pytest_export.context import Context, StageFailure
+from pytest_export.declare.case import Case
+from pytest_export.declare.options import CaseOptions
 from pytest_export.observe import Observation
 from pytest_export.stages.cuda import compare_across_devices, tolerance_for
 from pytest_export.stages.cuda import run as stage_cuda

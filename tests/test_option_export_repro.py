@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.export import Dim
 
-from pytest_export.options import SessionOptions
+from pytest_export.declare.options import SessionOptions
 from pytest_export.repro.checks import CHECKS
 from pytest_export.repro.script import assemble
 from pytest_export.repro.source import render_dynamic_shapes

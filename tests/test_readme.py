@@ -168,8 +168,8 @@ def test_no_page_refers_to_files_outside_the_repository(page):
 
 
 def test_every_option_and_marker_keyword_is_documented():
-    from pytest_export.options import KEYWORDS
-    from pytest_export.settings import SETTINGS
+    from pytest_export.declare.options import KEYWORDS
+    from pytest_export.declare.settings import SETTINGS
 
     options = (ROOT / "docs" / "options.md").read_text(encoding="utf-8")
     rows = [line for _, line in _prose(options) if line.startswith("| `")]

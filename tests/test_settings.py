@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from pytest_export import settings
-from pytest_export.options import SessionOptions
+from pytest_export.declare import settings
+from pytest_export.declare.options import SessionOptions
 
 # public names: an option added or renamed must be added here on purpose
 NAMES = ("export_check", "export_tags", "export_report", "export_core_aten", "export_examples", "export_max_size",

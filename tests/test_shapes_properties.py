@@ -10,7 +10,7 @@ from torch.export import Dim
 
 from pytest_export import UsageError
 from pytest_export.audit import audit
-from pytest_export.declaration import parse
+from pytest_export.declare.shapes import parse
 from pytest_export.probes.strategies import assignments, boundaries, boundary_assignments, build_inputs
 
 

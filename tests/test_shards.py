@@ -11,9 +11,9 @@ import json
 import pytest
 
 from pytest_export.__main__ import main
+from pytest_export.declare.options import SessionOptions
 from pytest_export.gate import baseline as bl
 from pytest_export.gate.judge import judge_report
-from pytest_export.options import SessionOptions
 from tests.helpers import LIN, SHORTCUT, write_cases
 
 CASES = SHORTCUT + LIN + '''

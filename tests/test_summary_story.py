@@ -193,10 +193,10 @@ def test_under_xdist_too(gated):
 
 
 def test_the_gate_command_judges_the_verdicts_again(gated):
+    from pytest_export.declare.options import SessionOptions
     from pytest_export.gate import baseline as bl
     from pytest_export.gate.judge import judge_report
     from pytest_export.gate.scope import Scope
-    from pytest_export.options import SessionOptions
 
     _, data = gate(gated, "-p", "no:xdist", "-k", "not setup")
     cases = judge_report(bl.load(gated.path / "baseline.json"), data["cases"],

@@ -9,7 +9,7 @@ import pytest
 import torch
 from packaging.version import Version
 
-from pytest_export.options import UsageError, condition_holds, validate_keywords, xfail_for
+from pytest_export.declare.options import UsageError, condition_holds, validate_keywords, xfail_for
 from tests.helpers import run_check, write_cases
 
 INSTALLED = Version(str(torch.__version__).split("+")[0])

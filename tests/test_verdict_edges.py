@@ -16,7 +16,7 @@ import torch
 from torch.export import Dim
 
 import pytest_export
-from pytest_export.options import SessionOptions
+from pytest_export.declare.options import SessionOptions
 from tests.helpers import run_check, write_cases
 
 EXAMPLES = 10
@@ -336,10 +336,10 @@ def test_aoti_holds_random_outputs_to_their_shape_and_the_rest_to_values(tmp_pat
 
 
 def test_device_streams_differ_only_where_random_ops_feed():
+    from pytest_export.compare import Mismatch
     from pytest_export.observe import Observation, observe, without_random
     from pytest_export.ops import random_outputs
     from pytest_export.stages.cuda import compare_across_devices
-    from pytest_export.compare import Mismatch
 
     torch.manual_seed(0)
     model = Dropped().train()

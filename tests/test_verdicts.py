@@ -281,9 +281,9 @@ def test_harness_crashes_are_errors_and_never_xfail(pytester):
 
 
 def test_stage_data_never_overwrites_status_or_message():
-    from pytest_export.case import Case
-    from pytest_export.options import CaseOptions
     from pytest_export.context import Context, Stage, StageFailure
+    from pytest_export.declare.case import Case
+    from pytest_export.declare.options import CaseOptions
     from pytest_export.runner import _run_stage
 
     def stage(ctx):
@@ -442,10 +442,10 @@ def test_a_harness_error_while_probing_is_an_error_not_a_refusal(monkeypatch):
 SMOKE_UNREADABLE = '''
 @pytest.fixture(autouse=True)
 def _unreadable(monkeypatch):
-    from pytest_export import declaration
+    from pytest_export.declare import shapes
     def boom(*a, **k):
         raise KeyError("harness bug")
-    monkeypatch.setattr(declaration, "parse", boom)
+    monkeypatch.setattr(shapes, "parse", boom)
 
 @pytest.mark.exportable(dynamic_shapes={"input": {0: Dim("b", max=8)}})
 def test_relu():

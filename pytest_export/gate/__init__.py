@@ -2,6 +2,7 @@
 verdict one way everywhere; ``baseline`` reads and writes the file of known failures; ``judge`` turns a result into
 its test's action and a whole run into the baseline's verdict, in the run and in ``python -m pytest_export gate``.
 
-Plain Python over results and the report's case dicts: it imports ``util``, ``options`` and ``results`` and nothing
-that runs a case (no torch, no pytest). No imports here, so that importing one module of the package runs no other.
+Plain Python over results and the report's case dicts: it imports ``util``, ``declare.options`` and ``results``,
+nothing that runs a case (no torch, no pytest). No imports here, so that importing one module of the package runs
+no other.
 """

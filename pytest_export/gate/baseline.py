@@ -20,7 +20,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable
 
-from ..options import ORDER, UsageError
+from ..declare.options import ORDER, UsageError
 
 if TYPE_CHECKING:
     from .scope import Scope

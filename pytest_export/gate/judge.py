@@ -22,7 +22,7 @@ from .scope import Scope
 from .verdicts import MARKED, decided, item_verdict
 
 if TYPE_CHECKING:
-    from ..options import CaseOptions, SessionOptions
+    from ..declare.options import CaseOptions, SessionOptions
 
 FAIL, XFAIL, WARN, PASS = "fail", "xfail", "warn", "pass"
 
@@ -82,7 +82,7 @@ def diagnosis_skipped(nodeid: str, case: CaseOptions, base: bl.Baseline | None, 
     """Why a failed export of this case goes undiagnosed under ``--export-diagnose=auto`` (issue #26), decided
     before it runs: its ``export`` stage is known to the baseline (the item's test id names its mode and device),
     or expected by the marker's ``xfail=`` for its mode and device. "" where it is diagnosed (or never is)."""
-    from ..options import xfail_for
+    from ..declare.options import xfail_for
 
     if not case.diagnose or options.diagnose_when != "auto":
         return ""

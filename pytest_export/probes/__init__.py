@@ -3,7 +3,7 @@ and keeps a case's budget, cap and coverage; ``strategies`` draws sizes and buil
 ``sizing`` builds a probe's inputs and runs them fake or numeric, as its plan says; ``choose`` picks the sizes to
 try and judges the program's verdict on them.
 
-``cost`` imports nothing of the package and sits below everything that reads a budget (``options``, ``results``,
+``cost`` imports nothing of the package and sits below everything that reads a budget (``declare``, ``results``,
 ``context``); the others import the case context (``context``, ``audit``, ``observe``) and are imported by the
 stages, ``explain.fixes``, ``runtimes`` and ``repro``. No imports here, so that importing ``cost`` runs no other.
 """

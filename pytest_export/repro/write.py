@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..options import CaseOptions
+from ..declare.options import CaseOptions
 from ..results import FAILED, XFAILED, CaseResult
 from ..util import describe_exception
 from .checks import CHECKS
@@ -291,7 +291,7 @@ def _declared(dynamic_shapes: Any, case: Any) -> Any:
     """ShapesCollection and AdditionalInputs as the plain form torch resolves them to."""
     if dynamic_shapes is None or isinstance(dynamic_shapes, (dict, list, tuple)):
         return dynamic_shapes
-    from ..declaration import resolve
+    from ..declare.shapes import resolve
 
     return resolve(dynamic_shapes, case.module, case.args, case.kwargs)[0]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 from ..context import Stage
-from ..options import ORDER
+from ..declare.options import ORDER
 
 
 def _load(name: str) -> Stage:

@@ -97,7 +97,7 @@ def _budget(value: Any, flag: str) -> float | str | None:
 
 
 def _memory(value: Any, flag: str) -> int | None:
-    from .probes.cost import parse_memory
+    from ..probes.cost import parse_memory
 
     return parse_memory(value, flag)
 
@@ -115,19 +115,19 @@ def _choice(choices: tuple[str, ...], default: str) -> Callable[[Any, str], str]
 
 
 def _tags(value: Any, flag: str) -> list[str]:
-    from .tags import parse_tags
+    from ..tags import parse_tags
 
     return parse_tags(value)
 
 
 def _modes(value: Any, flag: str) -> tuple[str, ...] | None:
-    from .variants import parse_modes
+    from ..variants import parse_modes
 
     return parse_modes(value or None)
 
 
 def _devices(value: Any, flag: str) -> tuple[str, ...] | None:
-    from .variants import parse_devices
+    from ..variants import parse_devices
 
     return parse_devices(value or None)
 
@@ -139,8 +139,8 @@ def _skip_stages(value: Any, flag: str) -> tuple[str, ...]:
 
 
 def _backends(value: Any, flag: str) -> tuple[str, ...]:
+    from ..util import comma_list
     from .options import backends_problem
-    from .util import comma_list
 
     names = tuple(comma_list(value)) or ("xnnpack",)
     problem = backends_problem(names)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..util import finite_int
 from .case import expand_var_positional, input_names
 from .options import UsageError
-from .util import finite_int
 
 @dataclasses.dataclass
 class Root:

@@ -10,7 +10,7 @@ import dataclasses
 import difflib
 from typing import Any, Callable
 
-from .util import comma_list, condition_holds, condition_problem
+from ..util import comma_list, condition_holds, condition_problem
 
 STAGES = ("export", "compare", "serde", "decomp", "guards", "fuzz", "retrace", "unflatten", "cuda", "aoti",
           "onnx", "executorch")
@@ -151,7 +151,7 @@ def _is_positive_int(v: Any) -> str | None:
 
 
 def _is_memory(v: Any) -> str | None:
-    from .probes.cost import parse_memory
+    from ..probes.cost import parse_memory
 
     try:
         parse_memory(v, "max_memory")
@@ -387,7 +387,7 @@ def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
                      "require_numerics") and value is None:
             continue
         elif key == "max_memory":
-            from .probes.cost import parse_memory
+            from ..probes.cost import parse_memory
 
             value = parse_memory(value, "max_memory")
         elif key == "budget":
