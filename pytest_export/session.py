@@ -120,7 +120,7 @@ class ExportSession:
         and eager forward runs once; nothing is exported (#17). Returns its warnings (the item attributes them)."""
         from .declare.options import UsageError
         from .declare.shapes import parse
-        from .frames import located
+        from .explain.frames import located
         from .runner import describe_exception, smoke
 
         found: list[str] = []

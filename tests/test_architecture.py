@@ -23,12 +23,12 @@ STAGE_MODULES = [f"stages.{name}" for name in ORDER]
 
 LAYERS: list[list[str]] = [
     # the subpackages: a docstring each, no imports
-    ["repro", "probes", "gate", "declare"],
+    ["repro", "probes", "gate", "declare", "explain"],
     # plain helpers and torch glue with no package imports
-    ["util", "modstate", "ops", "timeout", "torchlog", "probes.cost", "frames", "training", "repro.script", "repro.checks"],
+    ["util", "modstate", "ops", "timeout", "torchlog", "probes.cost", "explain.frames", "training", "repro.script", "repro.checks"],
     # the vocabulary: options and keywords, the result model, a run's scope, draft-export diagnosis
-    ["declare.options", "results", "gate.scope", "diagnose", "guardsource", "gate.verdicts", "repro.source"],
-    ["refusal"],
+    ["declare.options", "results", "gate.scope", "explain.diagnose", "explain.guardsource", "gate.verdicts", "repro.source"],
+    ["explain.refusal"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance)
     ["declare.case", "compare", "gate.baseline", "tags", "variants", "conformance"],
     # the declaration, one observed forward call, session settings, the gate, text summaries
@@ -39,7 +39,7 @@ LAYERS: list[list[str]] = [
     ["probes.sizing"],
     ["probes.choose"],
     # the declaration a failing program really accepts, checked before it is offered; a runtime against eager
-    ["fixes", "runtimes"],
+    ["explain.fixes", "runtimes"],
     # the stages, one module each, and their registry
     STAGE_MODULES,
     ["stages"],

@@ -96,7 +96,7 @@ def test_the_reloaded_program_is_probed_at_the_boundaries_only(monkeypatch):
 def test_a_failed_exports_diagnosis_is_timed_apart(monkeypatch):
     import time
 
-    from pytest_export import diagnose
+    from pytest_export.explain import diagnose
 
     class DataBranch(torch.nn.Module):
         def forward(self, x):

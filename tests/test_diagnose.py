@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.export import Dim
 
-from pytest_export import diagnose
-from pytest_export.diagnose import limit_for, to_python
+from pytest_export.explain import diagnose
+from pytest_export.explain.diagnose import limit_for, to_python
 from pytest_export.timeout import supported
 from tests.helpers import cases_by_name, run_check, statuses, write_cases
 

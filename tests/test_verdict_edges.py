@@ -421,7 +421,7 @@ def test_torch_suggested_fix_is_checked_before_it_is_offered():
 
 
 def test_a_suggestion_whose_program_refuses_sizes_in_its_range_is_not_offered(monkeypatch):
-    from pytest_export import diagnose
+    from pytest_export.explain import diagnose
 
     # a suggestion that exports, but whose program takes only the odd sizes of its range
     monkeypatch.setattr(diagnose, "refined_dynamic_shapes", lambda exc, spec: {"x": {0: Dim.AUTO(min=3, max=15)}})
@@ -434,7 +434,7 @@ def test_a_suggestion_whose_program_refuses_sizes_in_its_range_is_not_offered(mo
 
 
 def test_a_suggestion_that_fails_when_pasted_back_is_refined_again(monkeypatch):
-    from pytest_export import diagnose
+    from pytest_export.explain import diagnose
 
     class Narrowing(torch.nn.Module):
         def forward(self, x):

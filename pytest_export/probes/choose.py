@@ -109,7 +109,7 @@ def mark_refusal(ctx: Context, model: FuzzModel, values: dict[str, int]) -> tupl
     and the symbols whose ranges a fix narrows. Where export's guards say, they decide (issue #33): a guard on
     two dims together is a relation, marked on both rows and blamed on neither alone (a fix narrows the last);
     else the probe-based ``blame``."""
-    from ..refusal import explain
+    from ..explain.refusal import explain
 
     why = explain(ctx.ep, model, values)
     if why is not None and why.relation:

@@ -11,7 +11,7 @@ from typing import Any
 from ..audit import FuzzModel
 from ..compare import Mismatch
 from ..context import Context
-from ..frames import at_text
+from ..explain.frames import at_text
 from ..observe import Observation, compare_observations, shape_mismatch
 from ..results import HarnessError
 from ..timeout import Expired, time_limit

@@ -12,9 +12,9 @@ from typing import Any
 
 from ..compare import Mismatch
 from ..context import Context, Stage, StageFailure
-from ..frames import frames_data, located
-from ..results import HarnessError
+from ..explain.frames import frames_data, located
 from ..observe import compare_observations, python_change_text
+from ..results import HarnessError
 from ..util import describe_exception
 
 

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from ..context import Context, Stage, StageFailure
-from ..frames import class_hint, frames_data, located
-from ..guardsource import model_frames, record_of, violation_sources
-from ..refusal import model_fix
+from ..explain.frames import class_hint, frames_data, located
+from ..explain.guardsource import model_frames, record_of, violation_sources
+from ..explain.refusal import model_fix
 from ..modstate import changed_since, versions
 from ..observe import clone_inputs, preserved_python_state
 from ..timeout import CaseTimeout
@@ -117,7 +117,7 @@ def _diagnosis(ctx: Context, exc: BaseException, dynamic_shapes: Any, data: dict
     When the case's own time (``--export-timeout``) runs out here, torch's verdict stands: the stage stays
     ``failed``, and ``data["timeout"]`` tells the runner that the case's time is up (it skips the later stages as
     timed out)."""
-    from ..diagnose import cut_text, diagnose, diagnosis_text, limit_for
+    from ..explain.diagnose import cut_text, diagnose, diagnosis_text, limit_for
 
     t0 = time.perf_counter()
     try:

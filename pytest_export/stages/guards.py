@@ -19,12 +19,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import Context, Stage, StageFailure
-from ..fixes import check, propose, tie_lines
-from ..guardsource import refusing_guards
+from ..explain.fixes import check, propose, tie_lines
+from ..explain.guardsource import refusing_guards
+from ..explain.refusal import Explanation, model_fix
 from ..probes.choose import (ACCEPTED, EAGER_RAISED_IN_RANGE, FAKE, RAISED, REFUSED_IN_RANGE, UNCHECKED, has_small_size,
                              in_range_probes, in_range_problem, mark_refusal, mismatch, out_of_range_probes, plan_edges,
                              run_eager, run_program, sized)
-from ..refusal import Explanation, model_fix
 from ..util import plural
 
 

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import torch
 
 from ..context import Context, Stage, StageFailure, failing_as
-from ..frames import class_hint
+from ..explain.frames import class_hint
 from ..modstate import same_tensor
 from ..torchlog import repaired_torch_logs
 

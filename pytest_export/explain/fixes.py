@@ -17,14 +17,14 @@ import math
 import re
 from typing import Any, Callable
 
-from .audit import FuzzModel, audit
-from .context import Context
-from .declare.case import input_names
-from .declare.shapes import parse
-from .observe import clone_inputs, preserved_python_state
-from .probes.choose import ACCEPTED, UNCHECKED, run_eager, run_program, sized, spread
-from .torchlog import quiet_trace_logs
-from .util import describe_exception
+from ..audit import FuzzModel, audit
+from ..context import Context
+from ..declare.case import input_names
+from ..declare.shapes import parse
+from ..observe import clone_inputs, preserved_python_state
+from ..probes.choose import ACCEPTED, UNCHECKED, run_eager, run_program, sized, spread
+from ..torchlog import quiet_trace_logs
+from ..util import describe_exception
 
 ENUMERATE = 32  # a range of at most this many sizes is probed size by size
 MAX_CHECK_PROBES = 12  # per dim, in a larger range: powers of two across it, beside the bounds
@@ -52,7 +52,7 @@ def propose(ctx: Context, model: FuzzModel, refused: dict[str, list[tuple[int, s
     (``... % 4 == 0``), a derived dim (``b = 4 * _b``); for axes export tied, one shared ``Dim``."""
     from torch.export import Dim
 
-    from .audit import kept_range
+    from ..audit import kept_range
 
     fixes: list[Fix] = []
     done: set[str] = set()

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from .timeout import CaseTimeout, Expired, time_limit
-from .util import environment
+from ..timeout import CaseTimeout, Expired, time_limit
+from ..util import environment
 
 # The diagnosis' own time limit (issue #23): on timm's tf_efficientnet_b0 with dynamic height and width, export
 # raised after about 70 s and draft_export then ran for more than 12 minutes. draft_export traces the model
@@ -46,7 +46,7 @@ def _quiet(name: str):
         logger.setLevel(level)
 
 
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package's folder: this is explain/
 
 
 # the call path from the runner into draft_export: frames after the last of these are the user's
@@ -132,7 +132,7 @@ def checked_fix(fixed: Any, module: Any, args: tuple, kwargs: dict, strict: bool
     ``MAX_REFINE`` rounds), and the program it gives probed at the bounds of every range it keeps. Only a spec
     that passes all that is ``dynamic_shapes_fix``; otherwise ``dynamic_shapes_fix_problem`` says why, beside
     torch's own suggestion (``dynamic_shapes_fix_torch``)."""
-    from .modstate import python_state, restore_python_state
+    from ..modstate import python_state, restore_python_state
 
     torch_text = to_python(fixed)
     spec, rounds = fixed, 0
@@ -166,7 +166,7 @@ def checked_fix(fixed: Any, module: Any, args: tuple, kwargs: dict, strict: bool
 
 
 def describe(err: BaseException) -> str:
-    from .util import describe_exception
+    from ..util import describe_exception
 
     return describe_exception(err, 300).splitlines()[0]
 
@@ -316,7 +316,7 @@ def diagnose(exc: BaseException, module: Any, args: tuple, kwargs: dict, dynamic
     or the case's (``CaseTimeout``, which this catches: the export's verdict is reached, the caller keeps it), what
     was found before is kept and ``cut`` is True, with ``cut_by`` (``"limit"`` or ``"case timeout"``) and
     ``cut_after_s``."""
-    from .util import describe_exception
+    from ..util import describe_exception
 
     out: dict[str, Any] = {}
     if limit:
