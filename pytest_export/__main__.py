@@ -14,15 +14,15 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .conformance import stage_order
 from .declare.options import SessionOptions, UsageError
 from .gate import baseline as bl
 from .gate.judge import judge_report
 from .gate.scope import Scope
 from .gate.verdicts import said
-from .report import (build_report, lines_path, load_report, partial_text, write_json_atomic, write_summary_md,
-                     write_text_atomic)
-from .summary import coverage_line, coverage_summary, stage_table
+from .report.conformance import stage_order
+from .report.files import (build_report, lines_path, load_report, partial_text, write_json_atomic, write_summary_md,
+                           write_text_atomic)
+from .report.summary import coverage_line, coverage_summary, stage_table
 from .util import markdown_table, plural, text_table
 
 BAD = ("failed", "error", "xpassed")

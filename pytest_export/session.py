@@ -24,7 +24,7 @@ from .gate.scope import Recorder, empty_shard, folders_of, interrupted, split_of
 if TYPE_CHECKING:  # imported where used: a run without --export-check loads none of them
     from .declare.case import Case
     from .declare.options import CaseOptions, SessionOptions
-    from .report import CaseLines
+    from .report.files import CaseLines
     from .results import CaseResult
     from .variants import Variant
 
@@ -145,7 +145,7 @@ class ExportSession:
         self._tmp_factory = self._tmp_factory or tmp_factory
         from .api import run
         from .gate.judge import diagnosis_skipped
-        from .progress import Progress
+        from .report.progress import Progress
 
         def prepare(options: CaseOptions) -> None:
             options.diagnose_skipped = diagnosis_skipped(nodeid, options, self.baseline, self.options,
@@ -184,7 +184,7 @@ class ExportSession:
             if threading.current_thread() is threading.main_thread():
                 self._sigterm = (signal.signal(signal.SIGTERM, self.on_sigterm),)
             if self.options.report:
-                from .report import CaseLines
+                from .report.files import CaseLines
 
                 self.lines = CaseLines.for_session(self.options, self.config.invocation_params.args)
 
@@ -333,7 +333,7 @@ class ExportSession:
             return
         if not self.check:
             return
-        from . import report
+        from .report.files import write_baseline, write_session
 
         data = self.full_data()
         for nodeid, seconds in self.durations.items():
@@ -347,7 +347,7 @@ class ExportSession:
 
             verdict = finish(self.baseline, cases, scope, self.options)
             if verdict.updated is not None:
-                report.write_baseline(self.options.baseline, verdict.updated)
+                write_baseline(self.options.baseline, verdict.updated)
             self.baseline_messages += verdict.messages
             if verdict.stale_fails and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -356,9 +356,9 @@ class ExportSession:
             session.exitstatus = pytest.ExitCode.OK
             self.notes.append(empty)
         stopped = interrupted(scope, session.exitstatus)  # Ctrl-C, SIGTERM; no collection error (#32)
-        report.write_session(self.options, cases, data, self.torch_version(), self.baseline_messages,
-                             unfinished=(self.lines.unfinished(self.cases) if self.lines else []) if stopped else None,
-                             scope=scope.to_json())
+        write_session(self.options, cases, data, self.torch_version(), self.baseline_messages,
+                      unfinished=(self.lines.unfinished(self.cases) if self.lines else []) if stopped else None,
+                      scope=scope.to_json())
         if self.lines is not None:
             self.lines.close(scope, exitstatus=int(session.exitstatus), interrupted=stopped, cases=len(cases))
 
@@ -376,7 +376,7 @@ class ExportSession:
         """The end of the run as ``--export-summary`` asks (not given: one line when green; ``-q``: short)."""
         if self.is_worker or not self.check:
             return
-        from .summary import summary_mode, terminal_parts
+        from .report.summary import summary_mode, terminal_parts
 
         mode = summary_mode(self.summary, config.getoption("verbose"))
         parts = terminal_parts(mode, list(self.cases.values()), self.full_data() if self.cases else {},

@@ -23,17 +23,17 @@ STAGE_MODULES = [f"stages.{name}" for name in ORDER]
 
 LAYERS: list[list[str]] = [
     # the subpackages: a docstring each, no imports
-    ["repro", "probes", "gate", "declare", "explain"],
+    ["repro", "probes", "gate", "declare", "explain", "report"],
     # plain helpers and torch glue with no package imports
     ["util", "modstate", "ops", "timeout", "torchlog", "probes.cost", "explain.frames", "training", "repro.script", "repro.checks"],
     # the vocabulary: options and keywords, the result model, a run's scope, draft-export diagnosis
     ["declare.options", "results", "gate.scope", "explain.diagnose", "explain.guardsource", "gate.verdicts", "repro.source"],
     ["explain.refusal"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance)
-    ["declare.case", "compare", "gate.baseline", "tags", "variants", "conformance"],
+    ["declare.case", "compare", "gate.baseline", "tags", "variants", "report.conformance"],
     # the declaration, one observed forward call, session settings, the gate, text summaries
-    ["declare.shapes", "observe", "declare.settings", "gate.judge", "summary", "progress"],
-    ["audit", "report"],
+    ["declare.shapes", "observe", "declare.settings", "gate.judge", "report.summary", "report.progress"],
+    ["audit", "report.files"],
     # what stages share
     ["probes.strategies", "context"],
     ["probes.sizing"],

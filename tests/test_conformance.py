@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_export.conformance import ALL, UNTAGGED, conformance_table, core_ops_reached
+from pytest_export.report.conformance import ALL, UNTAGGED, conformance_table, core_ops_reached
 from tests.helpers import run_check, write_cases
 
 STATUSES = ["passed", "failed", "error", "xfailed", "xpassed", "skipped"]

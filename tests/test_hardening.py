@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import pytest_export
 from pytest_export.declare.options import KEYWORDS, UsageError, validate_keywords
-from pytest_export.report import read_report, write_json_atomic
+from pytest_export.report.files import read_report, write_json_atomic
 from tests.helpers import HANGS, cases_by_name, run_check, statuses, write_cases
 
 # ---- malformed declarations ---------------------------------------------------------------

@@ -17,8 +17,8 @@ import torch
 from torch.export import Dim
 
 import pytest_export
-from pytest_export.conformance import deployment_matrix
 from pytest_export.declare.options import SessionOptions
+from pytest_export.report.conformance import deployment_matrix
 from tests.helpers import cases_by_name, run_check, statuses, write_cases
 
 INSTALL = 'pip install "pytest-export[onnx]"'

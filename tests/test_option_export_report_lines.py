@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pytest_export.__main__ import main
-from pytest_export.report import lines_path, read_lines
+from pytest_export.report.files import lines_path, read_lines
 from tests.helpers import HANGS, LIN, SHORTCUT, run_check, write_cases
 
 CASES = LIN + SHORTCUT + HANGS + '''

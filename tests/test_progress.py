@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from pytest_export.progress import AFTER_ENV, PROGRESS_AFTER, short_name, status_line, threshold
+from pytest_export.report.progress import AFTER_ENV, PROGRESS_AFTER, short_name, status_line, threshold
 from tests.helpers import LIN, cases_by_name, run_check, write_cases
 
 CASES = LIN + '''

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_export.report import write_json_atomic
+from pytest_export.report.files import write_json_atomic
 from tests.helpers import cases_by_name, run_check, write_cases
 
 

@@ -1,5 +1,5 @@
 """Renderings of a run's cases (the report's case dicts): the terminal summary, the decomposition coverage op
-table (JSON and Markdown) and the Markdown summary for CI job pages. ``report`` writes them to files.
+table (JSON and Markdown) and the Markdown summary for CI job pages. ``files`` writes them.
 
 Plain Python; no torch, no pytest. Torch facts (the Core ATen op list, which ops the default table
 decomposes) come in as data, from the workers that ran the cases.
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from ..gate.verdicts import (FAILING, KNOWN, MARKED, PASSED, SKIPPED, bad_stages, case_column, failing_label, head,
+                             stage_column, verdict_of)
+from ..util import markdown_table, text_table
 from .conformance import conformance_table, core_ops_reached, stage_order
-from .gate.verdicts import (FAILING, KNOWN, MARKED, PASSED, SKIPPED, bad_stages, case_column, failing_label, head,
-                            stage_column, verdict_of)
-from .util import markdown_table, text_table
 
 COLUMNS = ("passed", "failed", "skipped", "xfailed")
 COLUMNS_KNOWN = ("passed", "failed", "known", "skipped", "xfailed")  # where the baseline knows some failures
@@ -142,7 +142,7 @@ def summary_markdown(report: dict[str, Any], messages: Iterable[str] = (), limit
                 lines.append(f"- ... and {len(listed) - limit} more")
     ranged = [c for c in cases if (c.get("ranges") or {}).get("dims")]
     if ranged:
-        from .probes.cost import coverage_line as range_line
+        from ..probes.cost import coverage_line as range_line
 
         lines += ["", "Declared ranges (how far each dim was checked by shape, and by numerics):", ""]
         for c in ranged[:limit]:
@@ -171,7 +171,7 @@ def _baseline_line(path: str | None, message: str) -> str:
 def short_of_max_lines(cases: list[dict[str, Any]]) -> list[str]:
     """One line per passed case whose numerics fell short of a declared max (issue #31): a pass that was partly a
     shape check says so where the user looks, naming the dims, how far numerics reached and why."""
-    from .probes.cost import short_of_max, short_text
+    from ..probes.cost import short_of_max, short_text
 
     out = []
     for c in sorted(cases, key=lambda c: c["nodeid"]):

@@ -18,13 +18,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
 
+from ..gate.scope import FROM_OUTSIDE, Scope, test_id
+from ..util import plural
 from . import summary
-from .gate.scope import FROM_OUTSIDE, Scope, test_id
-from .util import plural
 
 if TYPE_CHECKING:
-    from .declare.options import SessionOptions
-    from .gate.baseline import Baseline
+    from ..declare.options import SessionOptions
+    from ..gate.baseline import Baseline
 
 REPORT_VERSION = 1
 COVERAGE_VERSION = 1

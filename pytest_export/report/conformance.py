@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .gate.verdicts import case_column, said, stage_column
-from .util import text_table
+from ..gate.verdicts import case_column, said, stage_column
+from ..util import text_table
 
 UNTAGGED = "(untagged)"
 ALL = "all"
