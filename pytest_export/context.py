@@ -21,6 +21,7 @@ from .declare.options import CaseOptions, UsageError
 from .declare.shapes import parse
 from .modstate import StateKeeper
 from .observe import Observation, compare_observations, observe
+from .probes.calibration import Calibration
 from .results import FAILED, XFAILED, CaseResult, HarnessError
 from .torchlog import quiet_fake_logs
 from .util import describe_exception
@@ -95,91 +96,7 @@ class Context:
         self.usable: set[str] = set()
         self.python_changes: list[dict[str, Any]] = []  # what eager forward changed in the module's Python state
         self.eager_rejects: list[str] = []  # sizes 0/1 inside the promise where eager itself raises (no failure)
-        self._fake_mode = None
-        self._costs = None
-        self._countable: bool | None = None
-
-    # what probes cost (issue #23) ----------------------------------------------------------------
-    def fake_mode(self):
-        """One ``FakeTensorMode`` per case (real parameters allowed), so constants convert once."""
-        if self._fake_mode is None:
-            from torch._subclasses.fake_tensor import FakeTensorMode
-
-            self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        return self._fake_mode
-
-    def costs(self):
-        """The case's ``cost.Costs``, calibrated on first use: the example counted with fake tensors, and once
-        with real ones (its time and the peak of its live tensors).
-
-        A program with higher-order ops (``cond``, ``map``, ``while_loop``, ``scan``) is not counted: torch's
-        counting modes cannot follow into their branches. Its probes still run fake; their cost is predicted
-        from the example's time and its peak, measured as the process's resident high-water mark around its
-        real forward (``resident_peak``; issue #32: taken as four times its inputs, a model under a 64 MB cap
-        reached 2 GB), each scaled by the square of the input growth (``cost.Costs.predict`` without a count).
-        Where that peak cannot be measured, numerics stop at the example's size (``Costs.peak_problem``)."""
-        if self._costs is None:
-            import time
-
-            from .probes.cost import Costs, Measure, counted, default_max_memory, input_bytes
-
-            costs = Costs(self.options.max_memory or default_max_memory(), self.options.budget,
-                          auto=self.options.budget_auto)
-            args, kwargs = self.case.args, self.case.kwargs
-            nbytes = input_bytes((args, kwargs))
-            real = Measure(0.0, 0, 0, nbytes)
-            if self.countable():
-                with counted(nbytes) as real:
-                    self.eager_on(args, kwargs)  # the example's real peak
-            t0 = time.perf_counter()
-            self.eager_on(args, kwargs)  # timed without the counters' own overhead
-            seconds = time.perf_counter() - t0
-            if not self.countable():
-                real.peak, costs.peak_problem = resident_peak(lambda: self.eager_on(args, kwargs))
-                real.peak = max(real.peak, 4 * nbytes, RESIDENT_FLOOR)
-            example = real
-            try:
-                mode = self.fake_mode()
-                fargs, fkwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (tuple(args), dict(kwargs)))
-                _, counted_example = self.eager_counted(fargs, fkwargs)
-                example = counted_example or real
-            except Exception as exc:  # noqa: BLE001 - fake tensors cannot run this model: numerics only
-                costs.fake_problem = describe_exception(exc, 300).splitlines()[0]
-            example.seconds, example.inputs = max(seconds, 1e-4), nbytes
-            costs.example, costs.real_peak = example, real.peak
-            self._costs = costs
-        return self._costs
-
-    def countable(self) -> bool:
-        """Whether torch's counting modes can follow this case's forward (no higher-order ops in the program)."""
-        if self.ep is None:
-            return True
-        if self._countable is None:
-            from torch._ops import HigherOrderOperator
-
-            self._countable = not any(isinstance(n.target, HigherOrderOperator) for n in self.ep.graph.nodes)
-        return self._countable
-
-    def coverage(self) -> dict[str, Any] | None:
-        """How far each declared dim was checked, by shape and by numerics (None where nothing was probed)."""
-        if self._costs is None or not self._costs.coverage and not self._costs.fake_problem:
-            return None
-        return self._costs.to_dict()
-
-    def eager_counted(self, args: tuple, kwargs: dict):
-        """Eager on fake inputs, counted: (its ``Observation``, its ``cost.Measure``, None where not countable)."""
-        from .probes.cost import counted, input_bytes
-
-        if not self.countable():
-            with quiet_fake_logs():
-                obs = observe(self.case.module, self.case.module, args, kwargs, self.keeper, within=self.fake_mode(),
-                              grad=self.options.grad)
-            return obs, None
-        counter = counted(input_bytes((args, kwargs)), self.fake_mode())
-        with quiet_fake_logs():
-            obs = observe(self.case.module, self.case.module, args, kwargs, self.keeper, within=counter,
-                          grad=self.options.grad)
-        return obs, counter.measure
+        self.calibration = Calibration(case, options, self.eager_on, lambda: self.ep)  # what its probes cost (#23)
 
     # dynamic shapes ------------------------------------------------------------------------
     def audit(self):
@@ -254,15 +171,17 @@ class Context:
                                       self.keeper, grad=self.options.grad)
         return self._reference
 
-    def eager_on(self, args: tuple, kwargs: dict) -> Observation:
-        return observe(self.case.module, self.case.module, args, kwargs, self.keeper, grad=self.options.grad)
+    def eager_on(self, args: tuple, kwargs: dict, within: Any = None) -> Observation:
+        return observe(self.case.module, self.case.module, args, kwargs, self.keeper, within=within,
+                       grad=self.options.grad)
 
     def program_on(self, ep, args: tuple, kwargs: dict, fake: bool = False) -> Observation:
         mod = self.module_of(ep)
         if not fake:
             return observe(mod, mod, args, kwargs, self.keeper, grad=self.options.grad)
         with quiet_fake_logs():
-            return observe(mod, mod, args, kwargs, self.keeper, within=self.fake_mode(), grad=self.options.grad)
+            return observe(mod, mod, args, kwargs, self.keeper, within=self.calibration.fake_mode(),
+                           grad=self.options.grad)
 
     def check_program(self, ep, label: str) -> dict[str, float]:
         """The program against eager on the example inputs.
@@ -302,40 +221,6 @@ class Context:
             self.audit_problem = "dynamic_shapes does not fit the case"
         except Exception as exc:  # noqa: BLE001 - export reports the real problem; guards and fuzz end as `error`
             self.audit_problem = f"could not read dynamic_shapes: {describe_exception(exc)}"
-
-
-# the resident set grows by pages, and a forward that allocates little reuses heap pages already resident (reads 0):
-# an uncounted example's measured peak is taken as at least this (and at least four times its inputs)
-RESIDENT_FLOOR = 64 * 1024
-
-
-def resident_peak(run: Callable[[], Any]) -> tuple[int, str | None]:
-    """How far the process's resident memory rose above where it was while ``run()`` ran: ``(bytes, None)``, or
-    ``(0, why)`` where it cannot be measured. Linux: the high-water mark ``VmHWM`` of ``/proc/self/status``, reset
-    by writing 5 to ``/proc/self/clear_refs`` (so the process's peak RSS reads from then on), after glibc's
-    ``malloc_trim(0)`` has handed free heap pages back (memory freed earlier and reused would hide the peak)."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: freed memory reused may hide part of the peak
-        pass
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        before = _status_bytes("VmRSS")
-    except (OSError, ValueError) as exc:
-        return 0, f"its peak memory cannot be measured here ({type(exc).__name__}: {exc})"
-    run()
-    return max(0, _status_bytes("VmHWM") - before), None
-
-
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024  # kB
-    raise ValueError(f"no {field} in /proc/self/status")
 
 
 def _to(device: str, tree: Any) -> Any:

@@ -120,7 +120,7 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
                 current = None
         except CaseTimeout as exc:
             _record_timeout(ctx, stages, current, exc, time.perf_counter() - started[0])
-        coverage = ctx.coverage()
+        coverage = ctx.calibration.coverage()
         if coverage:
             ctx.result.info["ranges"] = coverage
         if progress is not None:

@@ -33,7 +33,7 @@ LAYERS: list[list[str]] = [
     ["declare.case", "compare", "gate.baseline", "tags", "variants", "report.conformance"],
     # the declaration, one observed forward call, session settings, the gate, text summaries
     ["declare.shapes", "observe", "declare.settings", "gate.judge", "report.summary", "report.progress"],
-    ["audit", "report.files"],
+    ["audit", "report.files", "probes.calibration"],
     # what stages share
     ["probes.strategies", "context"],
     ["probes.sizing"],

@@ -242,9 +242,9 @@ class Gate(torch.nn.Module):
 
 
 def test_a_higher_order_program_whose_peak_cannot_be_measured_runs_numerics_at_the_example_size_only(monkeypatch):
-    from pytest_export import context
+    from pytest_export.probes import calibration
 
-    monkeypatch.setattr(context, "resident_peak", lambda run: (run(), (0, "cannot be measured here (planted)"))[1])
+    monkeypatch.setattr(calibration, "resident_peak", lambda run: (run(), (0, "cannot be measured here (planted)"))[1])
     res = pytest_export.check(Gate(), (torch.randn(4, 3),), name="ranges::cond-unmeasured", examples=3,
                               dynamic_shapes={"x": {0: Dim("b", min=2, max=64)}})
     assert res.outcome == "passed", res.failure_text()

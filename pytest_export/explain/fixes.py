@@ -265,7 +265,7 @@ def _probe_sizes(ctx: Context, model: FuzzModel, ep: Any, v: Any) -> tuple[list[
     base = model.example_values()
     ok, bad = [], []
     for i, size in enumerate(_sizes(v.lo, v.hi)):
-        if i >= BOUNDS and ctx.costs().spent():  # a fix offered is checked at its bounds at least (issue #33)
+        if i >= BOUNDS and ctx.calibration.costs().spent():  # a fix offered is checked at its bounds at least (#33)
             return sorted(ok), sorted(bad), True
         probe = sized(ctx, model, {**base, v.symbol: size}, record=False)
         got = run_program(ctx, ep, probe)

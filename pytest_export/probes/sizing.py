@@ -84,7 +84,7 @@ class Sized:
 
     def fake(self) -> tuple[tuple, dict]:
         if self._fake is None:
-            case, mode = self.ctx.case, self.ctx.fake_mode()
+            case, mode = self.ctx.case, self.ctx.calibration.fake_mode()
             try:
                 self._fake = fake_inputs(mode, self.model, self.values, case.args, case.kwargs, self.override,
                                          self.given, self.builder)
@@ -103,7 +103,7 @@ class Sized:
 
         from .cost import format_bytes, input_bytes
 
-        case, cap = self.ctx.case, self.ctx.costs().max_memory
+        case, cap = self.ctx.case, self.ctx.calibration.costs().max_memory
         first = describe_exception(exc, 200).splitlines()[0]
         need = input_bytes(fake_inputs(mode, self.model, self.values, case.args, case.kwargs))
         if need > cap:
@@ -118,7 +118,7 @@ def plan_for(ctx: Context, sized: Sized) -> Plan:
     tensors cannot run the model, the example's measured cost scaled by the input size stands in."""
     if sized.plan is not None:
         return sized.plan
-    costs = ctx.costs()
+    costs = ctx.calibration.costs()
     with costs.probing():
         return _plan(ctx, sized, costs)
 
@@ -139,7 +139,7 @@ def _measure(ctx: Context, sized: Sized, costs: Any) -> tuple[Any, float, bool]:
         return sized._measured
     if fake_ok:
         try:
-            obs, measured = ctx.eager_counted(*inputs)
+            obs, measured = ctx.calibration.eager_counted(*inputs)
             sized.eager_fake = Verdict(ACCEPTED, observation=obs, mode=FAKE)
         except HarnessError:
             raise
@@ -206,7 +206,7 @@ def plan_edges(ctx: Context, edges: list[Sized]) -> None:
     """Plan the edges (issue #31: every declared dim at its min and at its max, the others at their min) before
     any other probe: each is counted fake, a default budget is raised to afford those that fit the memory cap
     (``cost.Costs.size_for_edges``), and each runs numeric where the memory cap and the budget allow."""
-    costs = ctx.costs()
+    costs = ctx.calibration.costs()
     with costs.probing():
         total = 0.0
         for sized in edges:
@@ -224,7 +224,7 @@ def _numeric(ctx: Context, sized: Sized, call: Any) -> Any:
     """A numeric run under a time limit far above its prediction: a model that makes it far costlier is stopped
     as an ``error`` that names the probe, never left to run unbounded."""
     plan = sized.plan
-    limit = ctx.costs().probe_timeout(plan)
+    limit = ctx.calibration.costs().probe_timeout(plan)
     try:
         with time_limit(limit, error=Expired):
             return call()
@@ -257,7 +257,7 @@ def run_program(ctx: Context, ep: Any, inputs: Sized | tuple, kwargs: dict | Non
     """What ``ep`` does with the inputs: real ``(args, kwargs)``, or a ``Sized`` probe run as its plan says."""
     if not isinstance(inputs, Sized):
         return _real_program(ctx, ep, inputs, kwargs or {})
-    with ctx.costs().probing():
+    with ctx.calibration.costs().probing():
         return _sized_program(ctx, ep, inputs)
 
 
@@ -290,7 +290,7 @@ def _real_program(ctx: Context, ep: Any, args: tuple, kwargs: dict) -> Verdict:
 
 def run_eager(ctx: Context, inputs: Sized | tuple, kwargs: dict | None = None) -> Verdict:
     if isinstance(inputs, Sized):
-        with ctx.costs().probing():
+        with ctx.calibration.costs().probing():
             plan = plan_for(ctx, inputs)
             if plan.mode == NUMERIC:
                 return _numeric(ctx, inputs, lambda: _real_eager(ctx, *inputs.real()))

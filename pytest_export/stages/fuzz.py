@@ -180,7 +180,7 @@ class Budget:
     searched for again and cut by the budget is reported as it is. ``stopped``: it cut some."""
 
     def __init__(self, ctx: Context):
-        self.costs = ctx.costs()
+        self.costs = ctx.calibration.costs()
         self.seconds = self.costs.budget
         self.armed = False
         self.stopped = False

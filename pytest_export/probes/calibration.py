@@ -1,0 +1,146 @@
+"""What probing one case costs (issue #23): the fake mode its probes run in, and its ``cost.Costs`` calibrated on
+the example (counted with fake tensors, and run once with real ones: its time and the peak of its live tensors).
+
+``Context`` holds one ``Calibration`` per case (``ctx.calibration``) and hands it its eager forward and, once export
+has run, its program; ``sizing`` plans each probe from the costs, ``runner`` reports the coverage they reached.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
+
+from ..torchlog import quiet_fake_logs
+from ..util import describe_exception
+from .cost import Costs, Measure, counted, default_max_memory, input_bytes
+
+if TYPE_CHECKING:
+    from ..declare.case import Case
+    from ..declare.options import CaseOptions
+
+# the resident set grows by pages, and a forward that allocates little reuses heap pages already resident (reads 0):
+# an uncounted example's measured peak is taken as at least this (and at least four times its inputs)
+RESIDENT_FLOOR = 64 * 1024
+
+
+class Calibration:
+    """One case's costing: its fake mode, and its costs calibrated on first use. ``eager(args, kwargs, within=None)``
+    is the case's eager forward (``Context.eager_on``); ``program()`` its exported program, None before export."""
+
+    def __init__(self, case: Case, options: CaseOptions, eager: Callable[..., Any], program: Callable[[], Any]):
+        self.case = case
+        self.options = options
+        self._eager = eager
+        self._program = program
+        self._fake_mode = None
+        self._costs = None
+        self._countable: bool | None = None
+
+    def fake_mode(self):
+        """One ``FakeTensorMode`` per case (real parameters allowed), so constants convert once."""
+        if self._fake_mode is None:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            self._fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        return self._fake_mode
+
+    def costs(self) -> Costs:
+        """The case's ``cost.Costs``, calibrated on first use: the example counted with fake tensors, and once
+        with real ones (its time and the peak of its live tensors).
+
+        A program with higher-order ops (``cond``, ``map``, ``while_loop``, ``scan``) is not counted: torch's
+        counting modes cannot follow into their branches. Its probes still run fake; their cost is predicted
+        from the example's time and its peak, measured as the process's resident high-water mark around its
+        real forward (``resident_peak``; issue #32: taken as four times its inputs, a model under a 64 MB cap
+        reached 2 GB), each scaled by the square of the input growth (``cost.Costs.predict`` without a count).
+        Where that peak cannot be measured, numerics stop at the example's size (``Costs.peak_problem``)."""
+        if self._costs is None:
+            costs = Costs(self.options.max_memory or default_max_memory(), self.options.budget,
+                          auto=self.options.budget_auto)
+            args, kwargs = self.case.args, self.case.kwargs
+            nbytes = input_bytes((args, kwargs))
+            real = Measure(0.0, 0, 0, nbytes)
+            if self.countable():
+                with counted(nbytes) as real:
+                    self._eager(args, kwargs)  # the example's real peak
+            t0 = time.perf_counter()
+            self._eager(args, kwargs)  # timed without the counters' own overhead
+            seconds = time.perf_counter() - t0
+            if not self.countable():
+                real.peak, costs.peak_problem = resident_peak(lambda: self._eager(args, kwargs))
+                real.peak = max(real.peak, 4 * nbytes, RESIDENT_FLOOR)
+            example = real
+            try:
+                mode = self.fake_mode()
+                fargs, fkwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (tuple(args), dict(kwargs)))
+                _, counted_example = self.eager_counted(fargs, fkwargs)
+                example = counted_example or real
+            except Exception as exc:  # noqa: BLE001 - fake tensors cannot run this model: numerics only
+                costs.fake_problem = describe_exception(exc, 300).splitlines()[0]
+            example.seconds, example.inputs = max(seconds, 1e-4), nbytes
+            costs.example, costs.real_peak = example, real.peak
+            self._costs = costs
+        return self._costs
+
+    def countable(self) -> bool:
+        """Whether torch's counting modes can follow this case's forward (no higher-order ops in the program)."""
+        ep = self._program()
+        if ep is None:
+            return True
+        if self._countable is None:
+            from torch._ops import HigherOrderOperator
+
+            self._countable = not any(isinstance(n.target, HigherOrderOperator) for n in ep.graph.nodes)
+        return self._countable
+
+    def coverage(self) -> dict[str, Any] | None:
+        """How far each declared dim was checked, by shape and by numerics (None where nothing was probed)."""
+        if self._costs is None or not self._costs.coverage and not self._costs.fake_problem:
+            return None
+        return self._costs.to_dict()
+
+    def eager_counted(self, args: tuple, kwargs: dict):
+        """Eager on fake inputs, counted: (its ``Observation``, its ``cost.Measure``, None where not countable)."""
+        if not self.countable():
+            with quiet_fake_logs():
+                obs = self._eager(args, kwargs, within=self.fake_mode())
+            return obs, None
+        counter = counted(input_bytes((args, kwargs)), self.fake_mode())
+        with quiet_fake_logs():
+            obs = self._eager(args, kwargs, within=counter)
+        return obs, counter.measure
+
+
+def resident_peak(run: Callable[[], Any]) -> tuple[int, str | None]:
+    """How far the process's resident memory rose above where it was while ``run()`` ran: ``(bytes, None)``, or
+    ``(0, why)`` where it cannot be measured. Linux: the high-water mark ``VmHWM`` of ``/proc/self/status``, reset
+    by writing 5 to ``/proc/self/clear_refs`` (so the process's peak RSS reads from then on), after glibc's
+    ``malloc_trim(0)`` has handed free heap pages back (memory freed earlier and reused would hide the peak)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: freed memory reused may hide part of the peak
+        pass
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _status_bytes("VmRSS")
+    except (OSError, ValueError) as exc:
+        return 0, f"its peak memory cannot be measured here ({type(exc).__name__}: {exc})"
+    run()
+    return max(0, _status_bytes("VmHWM") - before), None
+
+
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024  # kB
+    raise ValueError(f"no {field} in /proc/self/status")
+
+
+__all__ = ["Calibration", "resident_peak", "RESIDENT_FLOOR"]
