@@ -1,8 +1,9 @@
 """pytest hooks of pytest-export, and nothing else: each hook hands off to the module that does the work.
 
-``settings`` (options), ``session`` (state, xdist, end of run), ``items`` (a case's test: case -> result -> gate),
-``tags`` (selection). This module must not import torch: a pytest run that does not use the plugin must not
-pay for it; options, results, the runner and torch are imported where a case needs them.
+``declare.settings`` (options), ``session`` (state, xdist, the run's books and, through ``report.run``, its end),
+``items`` (a case's test: case -> result -> gate), ``tags`` (selection). This module must not import torch: a
+pytest run that does not use the plugin must not pay for it; options, results, the runner and torch are imported
+where a case needs them.
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
-"""The session: the state of one pytest run (its options, torch set-up, the cases seen by this process), the
-aggregation of cases and torch facts from xdist workers, and the end of the run on the controller (also when
-SIGTERM or Ctrl-C stops it: issue #23).
+"""The session: the state of one pytest run (its options, torch set-up), what a marked case's item asks of it
+(run the case, gate its result), and the run's books: the cases seen by this process, their durations, what the
+run covered (#24), and the cases and torch facts xdist workers send the controller.
 
 What it delegates (none loads in a run without the plugin's options): ``declare.settings`` parses the options;
-``gate`` records what the run covers (#24) and judges it, ``report`` writes every file, ``summary`` the tables.
+``gate`` records what the run covers and judges it; on the controller, ``report.run.RunReport`` writes the case
+lines as cases end and, at the end of the run (also when SIGTERM or Ctrl-C stops it: #23), the files and the
+terminal summary.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -19,12 +19,12 @@ import pytest
 
 from . import timeout
 from .declare import settings
-from .gate.scope import Recorder, empty_shard, folders_of, interrupted, split_of, stopped_of
+from .gate.scope import Recorder, folders_of, split_of, stopped_of
 
 if TYPE_CHECKING:  # imported where used: a run without --export-check loads none of them
     from .declare.case import Case
     from .declare.options import CaseOptions, SessionOptions
-    from .report.files import CaseLines
+    from .report.run import RunReport
     from .results import CaseResult
     from .variants import Variant
 
@@ -48,12 +48,13 @@ class ExportSession:
         self.cases: dict[str, dict[str, Any]] = {}
         self.pending: dict[str, dict[str, Any]] = {}  # marked cases whose setup ran (to report a crash)
         self.session_data: dict[str, Any] = {}
-        self.baseline_messages: list[str] = []
         self.durations: dict[str, float] = {}  # seconds per test id, as pytest-split's --store-durations counts them
         self.recorder = Recorder(is_case)  # what the run covers, for both gates (#24)
-        self.notes: list[str] = []  # lines for the end of the terminal summary
-        self.lines: CaseLines | None = None  # the controller's case lines beside --export-report (#23)
-        self._sigterm: tuple[Any] | None = None  # the handler SIGTERM had before this session's
+        self.run_report: RunReport | None = None  # what the controller of an --export-check run writes
+        if self.check and not self.is_worker:
+            from .report.run import RunReport
+
+            self.run_report = RunReport(config, self.options, self.summary)
         self._baseline = None
         self._torch_ready = False
         self._cuda: bool | None = None
@@ -175,41 +176,16 @@ class ExportSession:
 
         return judge(result, self.baseline, self.options)
 
-    # ---- a run stopped from outside keeps what it found (issue #23) --------------------------------------
+    # ---- the controller's report: case lines as cases end, files and summary at the end (issue #23) ------
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """The controller of an --export-check run: SIGTERM ends it as Ctrl-C does (a CI job's timeout sends it;
-        pytest then finishes the session and writes the report), and the case lines are opened."""
-        if self.check and not self.is_worker:
-            if threading.current_thread() is threading.main_thread():
-                self._sigterm = (signal.signal(signal.SIGTERM, self.on_sigterm),)
-            if self.options.report:
-                from .report.files import CaseLines
-
-                self.lines = CaseLines.for_session(self.options, self.config.invocation_params.args)
+        if self.run_report is not None:
+            self.run_report.start()
 
     @pytest.hookimpl
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        self.release_sigterm()  # also where the session ended before its sessionfinish (an internal error)
-        if self.lines is not None:
-            self.lines.close()
-
-    def on_sigterm(self, signum: int, frame: Any) -> None:
-        self.release_sigterm()  # a second SIGTERM ends the process as it would without the plugin
-        raise KeyboardInterrupt("SIGTERM: pytest-export ends the run as Ctrl-C does; the report keeps the cases "
-                                "that finished and says it was interrupted")
-
-    def release_sigterm(self) -> None:
-        """SIGTERM's handler put back as it was (unless someone replaced this session's since)."""
-        if self._sigterm is not None and signal.getsignal(signal.SIGTERM) == self.on_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if self._sigterm[0] is None else self._sigterm[0])
-        self._sigterm = None
-
-    def record(self, case: dict[str, Any]) -> None:
-        """A case's result: kept for the report and, on the controller, written to the case lines at once."""
-        self.cases[case["nodeid"]] = case
-        if self.lines is not None:
-            self.lines.case(case, self.recorder.xfail)  # with its test's xfail mark, as scope.xfail has it (#32)
+        if self.run_report is not None:
+            self.run_report.close()
 
     # ---- the run's scope (issue #24): what pytest selected, left out, skipped and marked xfail -----------
     @pytest.hookimpl
@@ -244,8 +220,8 @@ class ExportSession:
         marked = getattr(report, "export_case", None)
         if marked and report.when == "setup":
             self.pending[report.nodeid] = marked
-            if self.lines is not None:
-                self.lines.start(report.nodeid)
+            if self.run_report is not None:
+                self.run_report.started(report.nodeid)
         results = getattr(report, "export_results", None)
         if results and report.when == "call":
             from .gate.verdicts import settle
@@ -266,8 +242,14 @@ class ExportSession:
                 report.nodeid, outcome=ERROR, tags=list(self.pending[report.nodeid].get("tags", [])),
                 error=f"{report.nodeid}: {why}: {text[-1] if text else ''}".rstrip(": "),
             ).to_json(), "item": reported(report), "verdict": "error"})
-        if report.when not in ("setup", "call") and self.lines is not None:  # teardown, or its worker's crash
-            self.lines.end(report.nodeid, self.durations.get(report.nodeid))
+        if report.when not in ("setup", "call") and self.run_report is not None:  # teardown, or its worker's crash
+            self.run_report.ended(report.nodeid, self.durations.get(report.nodeid))
+
+    def record(self, case: dict[str, Any]) -> None:
+        """A case's result: kept for the report and, on the controller, written to the case lines at once."""
+        self.cases[case["nodeid"]] = case
+        if self.run_report is not None:
+            self.run_report.recorded(case, self.recorder.xfail)
 
     def count_duration(self, report: pytest.TestReport) -> None:
         """A test's wall time as pytest-split records it in ``.test_durations`` (issue #19): its setup, call and
@@ -322,7 +304,8 @@ class ExportSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        self.release_sigterm()
+        if self.run_report is not None:
+            self.run_report.release_sigterm()
         if self.is_worker:
             if self.check:
                 # execnet sends builtin types only: anything else crashes the worker here, at session end
@@ -331,36 +314,15 @@ class ExportSession:
                 self.config.workeroutput["pytest_export"] = to_builtins(data)
                 timeout.ignore_shutdown_interrupt()  # sent next, by xdist: nothing left to stop (#32)
             return
-        if not self.check:
+        if self.run_report is None:
             return
-        from .report.files import write_baseline, write_session
-
         data = self.full_data()
         for nodeid, seconds in self.durations.items():
             if nodeid in self.cases:  # an item's first case carries its test id (a second export_check call: #2)
                 self.cases[nodeid]["duration"] = round(seconds, 6)
-        cases = list(self.cases.values())
         scope = self.recorder.scope(folders_of(self.config), split_of(self.config),
                                     stopped_of(session, self.recorder.errors))  # read by both gates (#24)
-        if self.options.baseline:
-            from .gate.judge import finish
-
-            verdict = finish(self.baseline, cases, scope, self.options)
-            if verdict.updated is not None:
-                write_baseline(self.options.baseline, verdict.updated)
-            self.baseline_messages += verdict.messages
-            if verdict.stale_fails and session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        empty = empty_shard(scope, session.exitstatus)
-        if empty:  # pytest-split left this group empty: nothing to check here, and no failure (#24)
-            session.exitstatus = pytest.ExitCode.OK
-            self.notes.append(empty)
-        stopped = interrupted(scope, session.exitstatus)  # Ctrl-C, SIGTERM; no collection error (#32)
-        write_session(self.options, cases, data, self.torch_version(), self.baseline_messages,
-                      unfinished=(self.lines.unfinished(self.cases) if self.lines else []) if stopped else None,
-                      scope=scope.to_json())
-        if self.lines is not None:
-            self.lines.close(scope, exitstatus=int(session.exitstatus), interrupted=stopped, cases=len(cases))
+        self.run_report.finish(session, self.cases, data, scope, self.baseline, self.torch_version())
 
     def torch_version(self) -> str | None:
         if self.session_data.get("torch"):
@@ -373,21 +335,9 @@ class ExportSession:
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-        """The end of the run as ``--export-summary`` asks (not given: one line when green; ``-q``: short)."""
-        if self.is_worker or not self.check:
-            return
-        from .report.summary import summary_mode, terminal_parts
-
-        mode = summary_mode(self.summary, config.getoption("verbose"))
-        parts = terminal_parts(mode, list(self.cases.values()), self.full_data() if self.cases else {},
-                               verbose=config.getoption("verbose") > 0, baseline=self.options.baseline,
-                               messages=self.baseline_messages, report=self.options.report,
-                               lines=str(self.lines.path) if self.lines else None)
-        problem = [f"pytest-export: case lines: {self.lines.problem}"] if self.lines and self.lines.problem else []
-        for title, text in [*parts, *((None, line) for line in [*problem, *self.notes])]:
-            if title:
-                terminalreporter.write_sep("=", title)
-            terminalreporter.write_line(text)
+        if self.run_report is not None:
+            self.run_report.terminal(terminalreporter, list(self.cases.values()),
+                                     self.full_data() if self.cases else {}, config.getoption("verbose"))
 
 
 def to_builtins(value: Any, where: str = "workeroutput") -> Any:

@@ -47,6 +47,7 @@ LAYERS: list[list[str]] = [
     ["runner", "repro.write"],
     ["api"],
     # pytest: the session plugin object, marked items, the hooks
+    ["report.run"],
     ["session"],
     ["items"],
     ["plugin"],
