@@ -131,19 +131,25 @@ def resolve(dynamic_shapes: Any, module: Any, args: tuple, kwargs: dict) -> tupl
     return dynamic_shapes, []
 
 
-class _Parser:
+class _Symbols:
+    """The declaration's symbols as they are read: one root per named Dim (defined once), one per AUTO / DYNAMIC
+    axis (export may tie them, the audit sees it), and every declared axis as ``a * root + b``; each example checked
+    against its root's form and range."""
+
     def __init__(self, where: str):
         self.where = where
         self.roots: dict[str, Root] = {}
-        self.dim_objects: dict[str, Any] = {}
         self.axes: list[Axis] = []
-        self.flat_index: dict[str, int] = {}
 
     def fail(self, key: str, problem: str, fix: str) -> None:
         raise UsageError(f"{self.where}: dynamic_shapes{key}: {problem}. {fix}")
 
-    # one root per named Dim; AUTO / DYNAMIC get one root per axis (export may tie them, the audit sees it)
-    def root_for(self, key: str, d: Any, label: str, example: int, is_int: bool) -> tuple[str, int, int]:
+    def axis(self, key: str, d: Any, path: str, flat: int, dim: int | None, example: int) -> None:
+        """One declared-dynamic axis of the input at ``path`` (``dim`` None for an int input)."""
+        name, a, b = self.root_for(key, d, path if dim is None else f"{path}.shape[{dim}]", example)
+        self.axes.append(Axis(path, flat, dim, name, a, b, example, describe_dim(d)))
+
+    def root_for(self, key: str, d: Any, label: str, example: int) -> tuple[str, int, int]:
         Dim, Derived, Hint = _dim_classes()
         if isinstance(d, Hint):
             kind = _hint_type(d)
@@ -201,6 +207,16 @@ class _Parser:
                       "Use an example inside the declared range, or widen the range")
         root.example = value
 
+
+class _Walker:
+    """The case's inputs walked beside their ``dynamic_shapes`` entries: each entry checked against the input it
+    names (structure, keys, rank, axes, static sizes), each dynamic axis handed to the symbols."""
+
+    def __init__(self, where: str, flat_index: dict[str, int]):
+        self.symbols = _Symbols(where)
+        self.fail = self.symbols.fail
+        self.flat_index = flat_index  # the pytree key of every flat input leaf -> its index
+
     def walk(self, key: str, label: str, value: Any, spec: Any, prefix: tuple) -> None:
         import torch
         import torch.utils._pytree as pytree
@@ -215,9 +231,7 @@ class _Parser:
             if not isinstance(spec, (Dim, Hint)):
                 self.fail(key, f"{label} is an int input; its entry must be a Dim, Dim.AUTO/DYNAMIC/STATIC or None, "
                                f"got {spec!r}", "Write e.g. Dim('n', min=1, max=16) for it")
-            name, a, b = self.root_for(key, spec, label, value, True)
-            self.axes.append(Axis(label, self.flat_index[pytree.keystr(prefix)], None, name, a, b, value,
-                                  describe_dim(spec)))
+            self.symbols.axis(key, spec, label, self.flat_index[pytree.keystr(prefix)], None, value)
             return
         node = pytree._get_node_type(value)
         if node in pytree.SUPPORTED_NODES and not pytree.tree_is_leaf(value):
@@ -286,11 +300,8 @@ class _Parser:
             if not isinstance(d, (Dim, Hint)):
                 self.fail(f"{key}[{axis}]", f"expected a Dim, Dim.AUTO/DYNAMIC/STATIC or None, got {d!r}",
                           "Write e.g. Dim('batch', min=2, max=64)")
-            alabel = f"{label}.shape[{axis}]"
-            size = int(t.shape[axis])
-            name, a, b = self.root_for(f"{key}[{axis}]", d, alabel, size, False)
-            self.axes.append(Axis(label, self.flat_index[pytree.keystr(prefix)], axis, name, a, b, size,
-                                  describe_dim(d)))
+            self.symbols.axis(f"{key}[{axis}]", d, label, self.flat_index[pytree.keystr(prefix)], axis,
+                              int(t.shape[axis]))
 
 
 def parse(where: str, dynamic_shapes: Any, module: Any, args: tuple, kwargs: dict) -> Declaration:
@@ -307,10 +318,9 @@ def parse(where: str, dynamic_shapes: Any, module: Any, args: tuple, kwargs: dic
             raise
         raise UsageError(f"{where}: dynamic_shapes (a ShapesCollection) does not fit the case's inputs: {exc} Key it "
                          "by the very tensors the case passes (not copies of them)") from None
-    p = _Parser(where)
     flat, _ = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))
     keys = [pytree.keystr(k) for k, _ in flat]
-    p.flat_index = {k: i for i, k in enumerate(keys)}
+    p = _Walker(where, {k: i for i, k in enumerate(keys)})
     names = input_names(module, args, kwargs)
     tops: list[tuple[str, Any, tuple]] = [(names[i] if i < len(names) else f"args[{i}]", a,
                                            (pytree.SequenceKey(0), pytree.SequenceKey(i)))
@@ -348,11 +358,11 @@ def parse(where: str, dynamic_shapes: Any, module: Any, args: tuple, kwargs: dic
             key = keyfmt.format(name) if keyfmt else f"[{i}]"
             p.walk(key, name, value, sub, prefix)
     if additional:
-        _additional_ranges(p, additional, keys)
-    return Declaration(p.roots, p.axes, paths, keys, additional)
+        _additional_ranges(p.symbols, additional, keys)
+    return Declaration(p.symbols.roots, p.symbols.axes, paths, keys, additional)
 
 
-def _additional_ranges(p: _Parser, additional: list, keys: list[str]) -> None:
+def _additional_ranges(p: _Symbols, additional: list, keys: list[str]) -> None:
     """AdditionalInputs promise every given input works: each varying axis ranges over the sizes seen."""
     import torch
     import torch.utils._pytree as pytree
