@@ -1,8 +1,11 @@
-"""The package's house (issue #15): one straight line from the marker to the report, no module importing one above
-it, every stage a module by its name, runner only orchestrating, no module over 400 lines.
+"""The package's house (issues #15, #36): one straight line from the marker to the report, no module importing one
+above it, every stage a module by its name, runner only orchestrating, no module over 400 lines; the concerns that
+span several modules in subpackages whose ``__init__`` is a docstring and nothing else, and whose private names
+stay inside them.
 
-The layers below are the map docs/architecture.md draws. A module may import only modules of a lower layer (lazy
-imports inside functions count too); a new module must be placed in a layer here.
+The layers below are the map docs/architecture.md draws, by dotted module name (``probes.cost`` is
+``pytest_export/probes/cost.py``; a subpackage's ``__init__`` is its name). A module may import only modules of a
+lower layer (lazy imports inside functions count too); a new module must be placed in a layer here.
 """
 
 from __future__ import annotations
@@ -20,19 +23,23 @@ from pytest_export.declare.options import ORDER
 
 ROOT = Path(pytest_export.__file__).parent
 STAGE_MODULES = [f"stages.{name}" for name in ORDER]
+SUBPACKAGES = ["declare", "gate", "probes", "explain", "report", "repro"]  # ``stages/__init__`` is the registry
 
 LAYERS: list[list[str]] = [
-    # the subpackages: a docstring each, no imports
-    ["repro", "probes", "gate", "declare", "explain", "report"],
-    # plain helpers and torch glue with no package imports
-    ["util", "modstate", "ops", "timeout", "torchlog", "probes.cost", "explain.frames", "training", "repro.script", "repro.checks"],
-    # the vocabulary: options and keywords, the result model, a run's scope, draft-export diagnosis
-    ["declare.options", "results", "gate.scope", "explain.diagnose", "explain.guardsource", "gate.verdicts", "repro.source"],
+    # the subpackages' __init__: a docstring each, no imports
+    SUBPACKAGES,
+    # plain helpers and torch glue with no package imports; what a probe costs; the model's frames of a failure;
+    # the repro script's text
+    ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.cost", "explain.frames",
+     "explain.guardsource", "repro.script", "repro.checks"],
+    # the vocabulary: options and keywords, the result model, a run's scope and its verdicts, draft-export diagnosis
+    ["declare.options", "results", "gate.scope", "gate.verdicts", "explain.diagnose", "repro.source"],
     ["explain.refusal"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance)
     ["declare.case", "compare", "gate.baseline", "tags", "variants", "report.conformance"],
     # the declaration, one observed forward call, session settings, the gate, text summaries
     ["declare.shapes", "observe", "declare.settings", "gate.judge", "report.summary", "report.progress"],
+    # what export kept of the declaration; the one writer of files; what probing a case costs
     ["audit", "report.files", "probes.calibration"],
     # what stages share
     ["probes.strategies", "context"],
@@ -46,7 +53,7 @@ LAYERS: list[list[str]] = [
     # orchestration and the plain-Python entry point
     ["runner", "repro.write"],
     ["api"],
-    # pytest: the session plugin object, marked items, the hooks
+    # pytest: the controller's report of a run, the session plugin object, marked items, the hooks
     ["report.run"],
     ["session"],
     ["items"],
@@ -65,25 +72,39 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(name: str, path: Path) -> set[str]:
-    """Package modules ``name`` imports anywhere in its file (relative or absolute, top level or lazy)."""
-    package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
+def _package_of(name: str, path: Path) -> list[str]:
+    """The package a module's relative imports start from: its own for an ``__init__``, else its parent's."""
     if name == "__init__":
-        package = []
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+        return []
+    return name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+
+
+def _bound(name: str, path: Path, tree: ast.AST) -> list[tuple[str, ast.alias, bool]]:
+    """Each package import of a module: (the package module it names, the alias, whether the alias is that module
+    itself or a name taken from it). ``from .gate import baseline`` names the module ``gate.baseline``, not ``gate``."""
+    modules = _modules()
+    package = _package_of(name, path)
+    out = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package[: len(package) - (node.level - 1)]
-                if node.module:
-                    found.add(".".join(base + node.module.split(".")) or "__init__")
-                else:
-                    found.update(".".join(base + [a.name]) for a in node.names)
-            elif node.module and node.module.startswith("pytest_export"):
-                found.add(node.module.removeprefix("pytest_export").lstrip(".") or "__init__")
+                base = package[: len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            elif node.module == "pytest_export" or (node.module or "").startswith("pytest_export."):
+                base = node.module.split(".")[1:]
+            else:
+                continue
+            for a in node.names:
+                sub = ".".join(base + [a.name])
+                out.append((sub, a, True) if sub in modules else (".".join(base) or "__init__", a, False))
         elif isinstance(node, ast.Import):
-            found.update(a.name.removeprefix("pytest_export.") for a in node.names if a.name.startswith("pytest_export."))
-    return {m for m in found if m != name}
+            out += [(a.name.removeprefix("pytest_export."), a, True) for a in node.names
+                    if a.name.startswith("pytest_export.")]
+    return out
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Package modules ``name`` imports anywhere in its file (relative or absolute, top level or lazy)."""
+    return {m for m, _, _ in _bound(name, path, ast.parse(path.read_text())) if m != name}
 
 
 def test_every_module_has_a_layer():
@@ -111,6 +132,68 @@ def test_no_module_reaches_into_another_modules_private_names():
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("pytest_export")):
                 wrong += [f"{name}: from {node.module} import {a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not wrong, "\n".join(wrong)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _subpackage(module: str) -> str | None:
+    top = module.split(".")[0]
+    return top if top in SUBPACKAGES else None
+
+
+def test_every_subpackage_is_a_docstring_that_names_its_modules_and_imports_nothing():
+    """A subpackage's ``__init__`` says what each of its modules owns and what they may import, and imports
+    nothing: importing a low module of it (``probes.cost``) runs no higher one."""
+    found = sorted(".".join(p.parent.relative_to(ROOT).parts) for p in ROOT.rglob("*/__init__.py"))
+    assert found == sorted([*SUBPACKAGES, "stages"]), "a new subpackage goes in SUBPACKAGES"
+    wrong = []
+    for package in SUBPACKAGES:
+        body = ast.parse((ROOT / package / "__init__.py").read_text()).body
+        doc = ast.get_docstring(ast.Module(body=body[:1], type_ignores=[])) if body else None
+        if not doc or len(body) != 1:
+            wrong.append(f"{package}/__init__.py: a docstring and nothing else")
+            continue
+        modules = [m.split(".")[1] for m in _modules() if m.startswith(package + ".")]
+        wrong += [f"{package}/__init__.py does not say what ``{m}`` owns" for m in modules if f"``{m}``" not in doc]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_outside_a_subpackage_reaches_its_private_names():
+    """A subpackage's private names (its ``_x`` modules, and the ``_x`` names of its modules) are its own: no module
+    outside it imports them, nor reaches them as attributes of a module it imported (``from .gate import judge``
+    then ``judge._x``; ``import pytest_export.gate.judge as j`` then ``j._x``; ``pytest_export.gate.judge._x``)."""
+    wrong = []
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text())
+        outside = lambda module: _subpackage(module) not in (None, _subpackage(name))  # noqa: E731
+        local: dict[str, str] = {}  # a name bound to a module of a subpackage -> that module
+        for module, alias, is_module in _bound(name, path, tree):
+            if not outside(module):
+                continue
+            parts = module.split(".") + ([] if is_module else [alias.name])
+            if any(_private(p) for p in parts):
+                wrong.append(f"{name} imports {'.'.join(parts)}")
+            if is_module and (alias.asname or "." not in alias.name):
+                local[alias.asname or alias.name] = module
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not _private(node.attr):
+                continue
+            chain, value = [], node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if not isinstance(value, ast.Name):
+                continue
+            if value.id == "pytest_export":
+                module = ".".join(reversed(chain))
+            else:
+                module = ".".join([local.get(value.id, ""), *reversed(chain)]).strip(".")
+            if value.id in local or value.id == "pytest_export":
+                if module and outside(module):
+                    wrong.append(f"{name} reaches {module}.{node.attr}")
     assert not wrong, "\n".join(wrong)
 
 
