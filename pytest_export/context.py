@@ -86,7 +86,7 @@ class Context:
         self.decomposed = None
         self._reference: Observation | None = None
         self._modules: dict[int, torch.nn.Module] = {}
-        self.declaration = None  # shapes.Declaration, parsed before export
+        self.declaration = None  # declare.shapes.Declaration, parsed before export
         self.audit_problem: str | None = None
         self.declaration_error: str | None = None
         self._audit = None
@@ -100,7 +100,7 @@ class Context:
 
     # dynamic shapes ------------------------------------------------------------------------
     def audit(self):
-        """Declared vs achieved for the exported program (``shapes.Audit``), computed once; None if unavailable
+        """Declared vs achieved for the exported program (``audit.Audit``), computed once; None if unavailable
         (``audit_problem`` says why)."""
         if self._audit is None and self.ep is not None and self.declaration is not None:
             try:

@@ -1,4 +1,4 @@
-"""Runs the stages of one case in their one order (``options.ORDER``), exporting once: builds the context, runs
+"""Runs the stages of one case in their one order (``declare.options.ORDER``), exporting once: builds the context, runs
 each stage, applies skip / xfail / timeout, returns the result. Nothing else lives here.
 """
 

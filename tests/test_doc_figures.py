@@ -1,7 +1,7 @@
 """The figures of the README and docs/ are the ones a run gives, not typed ones (issue #34).
 
 Every count the pages state (``N cases``, ``N models``, ``N architectures``, ``N stages``) is either checked here
-against what pytest collects (the corpus, the zoo and its slices) or the stage list of ``options.ORDER``, or it
+against what pytest collects (the corpus, the zoo and its slices) or the stage list of ``declare.options.ORDER``, or it
 stands in a section that says when, with which torch and on how many cores it was measured. So does every time
 a page quotes. Quoted output (inside backticks, or a ``text`` or ``json`` block) is an example, not a claim.
 """

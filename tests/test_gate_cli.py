@@ -96,7 +96,8 @@ def test_each_rule_of_the_in_run_gate(tmp_path, capsys, cases, failures, ops, rc
 
 
 def test_the_gate_lines_are_the_in_run_gates(tmp_path, capsys):
-    """Every line before the verdict is one ``gate.finish`` writes at the end of a run over the same judged cases."""
+    """Every line before the verdict is one ``gate.judge.finish`` writes at the end of a run over the same judged
+    cases."""
     from pytest_export.declare.options import SessionOptions
     from pytest_export.gate.judge import finish, judge
     from pytest_export.results import CaseResult

@@ -1,6 +1,6 @@
 """Hypothesis strategies over a declaration, and inputs built like the example ones for drawn sizes.
 
-Sizes come from ``shapes.FuzzModel``: one variable per symbol export kept, boundaries first. Values are drawn
+Sizes come from ``audit.FuzzModel``: one variable per symbol export kept, boundaries first. Values are drawn
 from a ``torch.Generator`` seeded from the sizes (so Hypothesis shrinks sizes only, and a failure replays with
 the same values): floats at the example's scale, integers inside the example's own value range, booleans as
 booleans. A tensor with no dynamic axis keeps the example's values.

@@ -1,5 +1,5 @@
 """The stages, one module each, named after the stage. ``REGISTRY`` holds them in their one run order,
-``options.ORDER``: nothing depends on import order, and a stage added to ``ORDER`` without its module (or a
+``declare.options.ORDER``: nothing depends on import order, and a stage added to ``ORDER`` without its module (or a
 module whose ``STAGE`` has another name) fails at import.
 """
 
