@@ -355,3 +355,19 @@ def test_the_heap_is_handed_back_after_every_numeric_forward(monkeypatch):
     result, _ = _run(Wide(), (torch.randn(4, 24),), dynamic_shapes=BATCH, budget=0)
     numeric = [p for p in result.stages["guards"].data["probe_list"] if p["mode"] == "numeric"]
     assert numeric and len(trims) >= len(numeric)
+
+
+def test_comparing_a_large_output_holds_no_copy_of_it():
+    """A language model's logits at its max sequence (2,048 x 32,000 floats: 262 MB) were compared in float64
+    whole, several copies at once. Compared a slice at a time, a differing pair of 64 MB outputs (within tolerance,
+    so every statistic is computed) takes less than one more copy of them."""
+    from pytest_export.compare import compare_trees
+    from pytest_export.context import resident_peak
+
+    want = torch.randn(1 << 24)
+    got = want * (1 + 1e-7) + 1e-8
+    errors, problem = resident_peak(lambda: compare_trees(got, want))
+    if problem:
+        pytest.skip(problem)
+    assert 0 < compare_trees(got, want)["max_abs_error"] < 1e-5
+    assert errors < want.numel() * want.element_size(), errors
