@@ -88,6 +88,26 @@ def environment(**values: str | None):
     return _Env()
 
 
+_LIBC: list[Any] = []
+
+
+def trim_heap() -> bool:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim(0)``, every arena): memory a forward
+    freed stays resident otherwise, and a later forward of other sizes allocates beside it rather than in it, so
+    the process's peak grows with each probe. False where the C library has no ``malloc_trim`` (not glibc)."""
+    if not _LIBC:
+        import ctypes
+
+        try:
+            _LIBC.append(ctypes.CDLL(None).malloc_trim)
+        except (OSError, AttributeError):
+            _LIBC.append(None)
+    if _LIBC[0] is None:
+        return False
+    _LIBC[0](0)
+    return True
+
+
 def describe_exception(exc: BaseException, limit: int = 4000) -> str:
     text = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}".replace("builtins.", "")
     text = text.strip()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from pytest_export import compare
 from pytest_export.compare import Mismatch, compare_trees
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool]
@@ -17,11 +20,14 @@ def pairs(draw):
     dtype = draw(st.sampled_from(DTYPES))
     gen = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
     base = (torch.randn(shape, generator=gen) * 4).to(dtype)
-    change = draw(st.sampled_from(["same", "copy", "nudge", "nan", "dtype", "shape", "noncontiguous"]))
+    change = draw(st.sampled_from(["same", "copy", "nudge", "near", "nan", "dtype", "shape", "noncontiguous"]))
     other = base.clone()
     if change == "nudge" and base.numel():
         other = other.clone()
         other.view(-1)[0] = other.view(-1)[0] + (1 if dtype != torch.bool else True)
+    elif change == "near" and base.is_floating_point() and base.numel():  # around the tolerance: both sides of it
+        other = base.clone()
+        other.view(-1)[-1] = other.view(-1)[-1] * (1 + draw(st.sampled_from([1e-7, 1e-6, 1e-5, 1e-3]))) + 1e-6
     elif change == "nan" and base.is_floating_point() and base.numel():
         base = base.clone()
         base.view(-1)[0] = float("nan")
@@ -65,3 +71,29 @@ def test_identical_leaves_report_zero_error_and_different_ones_their_error():
     assert errs["max_abs_error"] == pytest.approx(1e-6, rel=0.5)
     with pytest.raises(Mismatch, match=r"output: max abs error 0\.5"):
         compare_trees(x + 0.5, x)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pairs(), st.integers(1, 5), st.sampled_from([None, (1e-5, 1e-6), (0.0, 1e-3)]))
+def test_slice_by_slice_the_verdict_and_the_errors_are_those_of_the_whole(pair, chunk, tolerances):
+    """Values are compared a slice at a time (``compare.CHUNK`` elements) so that comparing a large output holds
+    no float64 copies of it: the verdict is still assert_close's on the whole, and the errors are the whole's."""
+    actual, expected = pair
+    rtol, atol = tolerances or (None, None)
+
+    def run():
+        try:
+            return compare_trees({"y": actual}, {"y": expected}, rtol=rtol, atol=atol)
+        except Mismatch as exc:
+            return exc.worst(), str(exc)
+
+    whole = run()
+    with mock.patch.object(compare, "CHUNK", chunk):
+        sliced = run()
+    assert sliced == whole
+    keywords = {} if tolerances is None else {"rtol": rtol, "atol": atol}
+    try:
+        torch.testing.assert_close(actual, expected, equal_nan=True, **keywords)
+        assert isinstance(sliced, dict)
+    except AssertionError:
+        assert isinstance(sliced, tuple)

@@ -14,7 +14,7 @@ import torch
 import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
 
 from ..torchlog import quiet_fake_logs
-from ..util import describe_exception
+from ..util import describe_exception, trim_heap
 from .cost import Costs, Measure, counted, default_max_memory, input_bytes
 
 if TYPE_CHECKING:
@@ -119,12 +119,7 @@ def resident_peak(run: Callable[[], Any]) -> tuple[int, str | None]:
     ``(0, why)`` where it cannot be measured. Linux: the high-water mark ``VmHWM`` of ``/proc/self/status``, reset
     by writing 5 to ``/proc/self/clear_refs`` (so the process's peak RSS reads from then on), after glibc's
     ``malloc_trim(0)`` has handed free heap pages back (memory freed earlier and reused would hide the peak)."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: freed memory reused may hide part of the peak
-        pass
+    trim_heap()  # where it cannot (not glibc), freed memory reused may hide part of the peak
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")

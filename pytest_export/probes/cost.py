@@ -127,6 +127,7 @@ def tally_mode():
     return Tally()
 
 
+MEMORY_MARGIN = 1.5  # resident growth over the live tensors counted (workspaces, rounding): 1.0-1.3x measured
 RATE_DERATE = 0.25  # the share of a large matmul's rate (and a large copy's) a model's kernels are assumed to reach
 ACHIEVED_RATE_AFTER = 0.02  # seconds: an example forward at least this long gives the model's own FLOP rate
 _RATES: list[tuple[float, float]] = []
@@ -166,14 +167,15 @@ def attention_flops(args: Any) -> float:
 
 @dataclasses.dataclass
 class Measure:
-    """What one forward call did, counted: floating-point operations, peak and total bytes of the tensors it
-    made, and the bytes of its inputs; ``seconds`` where it ran for real."""
+    """What one forward call did, counted: FLOPs, peak and total bytes of the tensors it made, the bytes of its
+    inputs and of its outputs (made and alive at its end: ``kept``); ``seconds`` where it ran for real."""
 
     flops: float
     peak: int
     total: int
     inputs: int
     seconds: float | None = None
+    kept: int = 0
 
 
 class counted:
@@ -199,7 +201,7 @@ class counted:
         suppressed = self._stack.__exit__(*exc)
         m = self.measure
         m.flops = float(self._flops.get_total_flops()) + self._tally.flops
-        m.peak, m.total = self._tally.peak, self._tally.total
+        m.peak, m.total, m.kept = self._tally.peak, self._tally.total, self._tally.live
         m.seconds = None if self._fake_mode is not None else seconds
         return bool(suppressed)
 
@@ -265,17 +267,16 @@ class Costs:
         return None if self.budget is None else self.budget - self.used()
 
     def spent(self) -> bool:
-        left = self.left()
-        return left is not None and left <= 0
+        return self.budget is not None and self.budget - self.used() <= 0
 
     # prediction ----------------------------------------------------------------------------------
     def predict(self, probe: Measure | None, ratio: float) -> tuple[float, int]:
-        """(seconds, bytes) of a numeric run of one probe: eager and program, each holding its outputs.
+        """(seconds, bytes) of a numeric run of one probe: eager, then the program while eager's outputs are held.
 
         From the fake count where there is one: the example's real time, plus the FLOPs and bytes the probe adds
         over the example's at this machine's measured rates (``machine_rates``, derated: not every kernel runs
-        as fast as a large matmul); memory is the fake peak, scaled by how the example's real peak compared with
-        its fake one. Without one (fake tensors cannot run the model, or higher-order ops), the example's time and
+        as fast as a large matmul); memory from the fake count, scaled by the example's real peak over its fake
+        one. Without one (fake tensors cannot run the model, or higher-order ops), the example's time and
         real peak scaled by ``ratio`` (the probe's input bytes over the example's) squared: attention-like costs
         grow that fast."""
         ex = self.example
@@ -292,8 +293,10 @@ class Costs:
             flops_per_s = max(flops_per_s, ex.flops / ex.seconds)
         extra = (max(0.0, probe.flops - ex.flops) / flops_per_s
                  + max(0, probe.total - ex.total) / (bytes_per_s * RATE_DERATE))
+        # one forward's live tensors and eager's outputs beside the program's forward, with a margin (issue #31:
+        # twice the peak put ResNet-50's batch edge, 0.78 GB in raw torch, at 1.63 GB)
         mem_ratio = max(1.0, self.real_peak / ex.peak) if ex.peak else 1.0
-        return 2 * (ex.seconds + extra), int(2 * probe.peak * mem_ratio + 3 * probe.inputs)
+        return 2 * (ex.seconds + extra), int(MEMORY_MARGIN * (probe.peak + probe.kept) * mem_ratio + 3 * probe.inputs)
 
     def size_for_edges(self, seconds: float) -> None:
         """Raise a default budget so that the edges, predicted to take ``seconds`` numeric, fit in it with a margin
@@ -387,10 +390,7 @@ def coverage_line(row: dict[str, Any]) -> str:
     shape_max, numeric_max = row.get("shape_max"), row.get("numeric_max")
     top = "" if hi is None else " (max)" if shape_max == hi else f" of {hi}"
     text = f"{row['dim']}: shapes checked to {shape_max}{top}" if shape_max is not None else f"{row['dim']}: no size checked"
-    if numeric_max is None:
-        text += "; no numerics"
-    else:
-        text += f"; numerics to {numeric_max}" + (" (max)" if numeric_max == hi else "")
+    text += "; no numerics" if numeric_max is None else f"; numerics to {numeric_max}" + (" (max)" if numeric_max == hi else "")
     if row.get("why") and numeric_max != hi:
         text += f" ({row['why']})"
     return text
