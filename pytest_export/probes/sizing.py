@@ -20,6 +20,7 @@ from .cost import FAKE, NUMERIC, Plan
 from .strategies import BuilderError, build_inputs, fake_inputs
 
 ACCEPTED, REFUSED, RAISED = "accepted", "refused", "raised"
+TRIM_AFTER = 128 * 2**20  # a numeric probe predicted to need this much hands the C heap's free pages back
 UNCHECKED = "unchecked"  # neither fake nor numeric could run it (``Verdict.message`` says why)
 
 _REFUSALS = ("Guard failed", "Expected input", "to be equal to", "to be <=", "to be >=", "is outside of",
@@ -233,10 +234,11 @@ def _numeric(ctx: Context, sized: Sized, call: Any) -> Any:
                            f"~{plan.seconds:.3g} s for eager and program together): the model is far costlier at "
                            "these sizes than its fake run predicts; lower --export-max-memory or the declared range")
     finally:
-        # what the forward freed goes back now: a later probe of other sizes would allocate beside it rather than
-        # in it, and the process's peak would grow with each probe (ResNet-50 to batch 61: 2.79 -> 1.40 GB, for
-        # about 2% more time; issue #31)
-        trim_heap()
+        # what a large forward freed goes back now: a later probe of other sizes would allocate beside it rather
+        # than in it, and the process's peak would grow with each probe (ResNet-50 to batch 61: 2.79 -> 1.40 GB;
+        # issue #31). A small one's is left for the next to reuse: handing it back costs it page faults
+        if plan.bytes >= TRIM_AFTER:
+            trim_heap()
 
 
 def fake_limit(exc: BaseException) -> bool:
