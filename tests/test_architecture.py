@@ -28,6 +28,8 @@ SUBPACKAGES = ["declare", "gate", "probes", "explain", "report", "repro"]  # ``s
 LAYERS: list[list[str]] = [
     # the subpackages' __init__: a docstring each, no imports
     SUBPACKAGES,
+    # what fused kernels cost beyond the tensors they return (read by probes.cost's tally)
+    ["probes.kernels"],
     # plain helpers and torch glue with no package imports; what a probe costs; the model's frames of a failure;
     # the repro script's text
     ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.cost", "explain.frames",

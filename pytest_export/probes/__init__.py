@@ -1,11 +1,11 @@
 """Choosing and costing probes: forward calls at sizes other than the example's. ``cost`` predicts what a probe costs
-and keeps a case's budget, cap and coverage; ``calibration`` is one case's costing (its fake mode, its costs
-calibrated on the example); ``strategies`` draws sizes and builds inputs (real and fake); ``sizing`` builds a
-probe's inputs and runs them fake or numeric, as its plan says; ``choose`` picks the sizes to try and judges the
-program's verdict on them.
+and keeps a case's budget, cap and coverage; ``kernels`` what a fused kernel costs beyond the tensors it returns;
+``calibration`` is one case's costing (its fake mode, its costs calibrated on the example); ``strategies`` draws
+sizes and builds inputs (real and fake); ``sizing`` builds a probe's inputs and runs them fake or numeric, as its
+plan says; ``choose`` picks the sizes to try and judges the program's verdict on them.
 
-``cost`` imports nothing of the package and sits below everything that reads a budget (``declare``, ``results``,
-``report``); ``calibration`` sits below ``context``, which holds one per case; ``strategies``, ``sizing`` and
-``choose`` sit above the case context (``context``, ``audit``, ``observe``), for the stages, ``explain.fixes``,
-``runtimes`` and ``repro``. No imports here, so that importing ``cost`` runs no other.
+``kernels`` imports nothing of the package, and ``cost`` only ``kernels``: it sits below everything that reads a
+budget (``declare``, ``results``, ``report``); ``calibration`` sits below ``context``, which holds one per case;
+``strategies``, ``sizing`` and ``choose`` sit above the case context (``context``, ``audit``, ``observe``), for the
+stages, ``explain.fixes``, ``runtimes`` and ``repro``. No imports here, so that importing ``cost`` runs no other.
 """

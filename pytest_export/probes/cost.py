@@ -22,6 +22,8 @@ import re
 import time
 from typing import Any
 
+from .kernels import attention_flops, hidden_scores
+
 FAKE, NUMERIC = "fake", "numeric"
 
 # the share of the machine's memory one worker's numeric probes may use by default: small enough that a CI
@@ -111,6 +113,8 @@ def tally_mode():
             out = func(*args, **(kwargs or {}))
             if "attention" in func.__name__ and func.overloadpacket not in flop_registry:
                 self.flops += attention_flops(args)
+            hidden = hidden_scores(func.overloadpacket.__name__, args)  # made and freed inside the kernel
+            self.peak = max(self.peak, self.live + hidden)
             returns = func._schema.returns
             for i, t in enumerate(pytree.tree_leaves(out)):
                 if not isinstance(t, torch.Tensor):
@@ -152,17 +156,6 @@ def machine_rates() -> tuple[float, float]:
         copy = 4 * 2 * big.numel() * 4 / max(time.perf_counter() - t0, 1e-6)
         _RATES.append((mm, copy))
     return _RATES[0]
-
-
-def attention_flops(args: Any) -> float:
-    """FLOPs of an attention kernel from its query, key and value shapes (..., L, E): two matmuls over L x S."""
-    import torch
-
-    q, k, v = (list(args) + [None, None, None])[:3]
-    if not all(isinstance(t, torch.Tensor) and t.dim() >= 2 for t in (q, k, v)):
-        return 0.0
-    batch = q.numel() // (q.shape[-2] * q.shape[-1]) if q.shape[-2] * q.shape[-1] else 0
-    return 2.0 * batch * q.shape[-2] * k.shape[-2] * (q.shape[-1] + v.shape[-1])
 
 
 @dataclasses.dataclass
