@@ -142,6 +142,8 @@ class CaseResult:
 
         cov = self.info.get("ranges") or {}
         lines = [coverage_line(row) for row in cov.get("dims", [])]
+        if isinstance(cov.get("guards"), dict) and cov["guards"].get("line"):
+            lines.append(str(cov["guards"]["line"]))
         if cov.get("fake_problem"):
             lines.append(f"fake tensors cannot run this model ({cov['fake_problem']}): numerics only")
         return lines

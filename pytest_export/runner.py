@@ -121,6 +121,10 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
         except CaseTimeout as exc:
             _record_timeout(ctx, stages, current, exc, time.perf_counter() - started[0])
         coverage = ctx.calibration.coverage()
+        guards = ctx.result.stages.get("guards")
+        proof = guards.data.get("proof") if guards is not None else None
+        if proof:  # how the program's guards were decided over the declared sizes (issue #41)
+            coverage = {**(coverage or {}), "guards": {k: proof[k] for k in ("proved", "sizes", "guards", "line")}}
         if coverage:
             ctx.result.info["ranges"] = coverage
         if progress is not None:

@@ -32,9 +32,11 @@ LAYERS: list[list[str]] = [
     ["probes.kernels"],
     # plain helpers and torch glue with no package imports; what a probe costs; the model's frames of a failure;
     # the repro script's text
-    ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.cost", "explain.frames",
+    ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.cost", "probes.solver", "explain.frames",
      "explain.guardsource", "repro.script", "repro.checks"],
     # the vocabulary: options and keywords, the result model, a run's scope and its verdicts, draft-export diagnosis
+    # the program's guards decided over a declared box, and the narrowings they accept; a fix that keeps the promise
+    ["probes.proof", "probes.narrow", "explain.promise"],
     ["declare.options", "results", "gate.scope", "gate.verdicts", "explain.diagnose", "repro.source"],
     ["explain.refusal"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance)

@@ -64,7 +64,8 @@ def test_constraint_violation_prints_a_spec_that_exports_when_pasted_back(pytest
         "*diagnosis (torch's error carries the fix: built and checked without draft_export):*",
         "*corrected dynamic_shapes (refine_dynamic_shapes_from_suggested_fixes); paste back:*",
         "*b = Dim('b', min=5, max=64)*", "*dynamic_shapes = {'x': {0: b}, 'y': {0: b}}*",
-        "*(checked: it exports again and its program takes the bounds of its ranges)*"])
+        "*(checked: it exports again and its program takes the bounds of its ranges; guards: proved over all 60 "
+        "declared sizes*"])
     # paste it back: it must export, with the narrowed range
     namespace: dict = {}
     exec(fix, namespace)
@@ -165,13 +166,23 @@ def test_a_derived_fix_is_built_by_torchs_refiner_and_checked(no_draft, strict):
     export = res.stages["export"]
     assert export.status == "failed" and export.data["exception"] == "UserError", export
     assert no_draft == []
-    assert export.data["fix_checked"] is True, export.data["diagnosis"]
-    fix = export.data["dynamic_shapes_fix"]
-    assert "_h = Dim('_h', min=1, max=16)" in fix and "dynamic_shapes = {'x': {2: 4*_h}}" in fix, fix
-    assert "4*_h" in export.message and "paste back:" in export.message
+    # torch's fix declares _h from 1, but its program refuses h=4 (_h=1): not offered as checked (issue #41)
+    assert export.data["fix_checked"] is False, export.data["diagnosis"]
+    problem = export.data["diagnosis"]["dynamic_shapes_fix_problem"]
+    assert problem.startswith("pasted back, torch's suggested fix exports, but its program refuses sizes inside its "
+                              "own ranges: refused where"), problem
+    assert "export keeps _h in [2, 16] where the fix declares [1, 16]: write Dim('_h', min=2, max=16)" in problem
+    torch_fix = export.data["diagnosis"]["dynamic_shapes_fix_torch"]
+    assert "_h = Dim('_h', min=1, max=16)" in torch_fix and "4*_h" in export.message
     ns: dict = {}
-    exec(fix, ns)
-    torch.export.export(ByFour(), (torch.randn(1, 3, 12, 8),), dynamic_shapes=ns["dynamic_shapes"], strict=strict)
+    exec(torch_fix, ns)
+    ep = torch.export.export(ByFour(), (torch.randn(1, 3, 12, 8),), dynamic_shapes=ns["dynamic_shapes"], strict=strict)
+    with pytest.raises(Exception, match="Guard failed"):  # what the proof said: h=4 is refused
+        ep.module()(torch.randn(1, 3, 4, 8))
+    _h = Dim("_h", min=2, max=16)  # what the line says to write: every size it keeps is taken
+    ep = torch.export.export(ByFour(), (torch.randn(1, 3, 12, 8),), dynamic_shapes={"x": {2: 4 * _h}}, strict=strict)
+    for h in range(8, 65, 4):
+        ep.module()(torch.randn(1, 3, h, 8))
 
 
 def test_an_unconfirmed_fix_says_why_and_shows_torchs_suggestion(no_draft):

@@ -166,7 +166,9 @@ def test_a_refusal_of_two_dims_together_is_blamed_on_both_with_the_sizes_each_ta
     text = _guards_text(case)
     assert "refused where h16*w16 == 196" in text, text
     assert "a relation between h16 and w16" in text, text
-    assert "h16=14 is accepted with w16=" in text and "w16=14 is accepted with h16=" in text, text
+    # the whole refused set, decided over every declared size (issue #41): one pair of 2,601
+    assert "refused where h16*w16 == 196: 1 of 2601 sizes of (h16, w16): (14, 14)" in text, text
+    assert "(proved over every declared size, not sampled)" in text, text
     for row in case["shapes"]:
         assert row["status"] == "refused-in-range" and row["refused_where"] == "h16*w16 == 196", row
         assert "refused_at" not in row, row  # neither dim is refused at 224 alone
@@ -177,9 +179,10 @@ def test_a_refusal_of_two_dims_together_is_blamed_on_both_with_the_sizes_each_ta
 def test_the_fix_says_what_it_gives_up_and_the_model_side_fix_is_offered(outcome):
     cases = outcome.cases
     text = _guards_text(cases["test_shortcut"])
-    assert "w16 = Dim('w16', min=15, max=64)" in text and "ready to paste (checked:" in text, text
-    assert "this fix gives up w16=14 at every size of the others" in text, text
-    assert "it accepts w16=14 with h16=" in text, text
+    assert "w16 = Dim('w16', min=15, max=64)" in text and "ready to paste (proved:" in text, text
+    # what the fix gives up, computed over the whole box: w16=14 at all 51 sizes of h16 (issue #41)
+    assert "it gives up 1 of its 51 declared sizes (51 of the 2601 declared size combinations)" in text, text
+    assert "though the program refuses 1 of them" in text, text
     assert ("or change the model: shortcut_lib.py:8 in forward branches on a size" in text
             and "torch.cond(pred, true_fn, false_fn, operands)" in text), text
     cnn = cases["test_cnn"]["stages"]["export"]["message"]

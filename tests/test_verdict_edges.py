@@ -398,14 +398,20 @@ class OddOnly(torch.nn.Module):
         return x.sum(0, keepdim=True).expand_as(x)
 
 
-def test_no_range_is_offered_where_the_program_accepts_only_odd_sizes():
+def test_only_odd_sizes_get_a_derived_dim_proved_over_every_size_it_keeps():
+    # no range expresses odd sizes; the derived form 2*k + 1 does, and it is proved before it is offered (#41)
     res = check(OddOnly(), (torch.randn(5, 3),), dynamic_shapes={"x": {0: Dim.AUTO(min=2, max=16)}})
     guards = res.stages["guards"]
     assert guards.status == "failed"
-    assert "dynamic_shapes_fix" not in guards.data and "ready to paste" not in guards.message
-    assert "no fix to paste" in guards.message
-    assert ("no single Dim expresses what the program accepts: of x.shape[0] in [2, 16] (every size probed) it "
-            "accepts 3, 5, 7, 9, 11, 13, 15 and refuses 2, 4, 6, 8, 10, 12, 14, 16") in guards.message
+    assert "refused where Mod(x.shape[0], 2) != 1: 8 of 15 sizes of x.shape[0]: 2, 4, 6, 8, 10, 12, ..." \
+        in guards.message, guards.message
+    fix = guards.data["dynamic_shapes_fix"]
+    assert fix == "_x_shape_0 = Dim('_x_shape_0', min=1, max=7)\nx_shape_0 = 2 * _x_shape_0 + 1", fix
+    scope = {"Dim": Dim}
+    exec(fix, scope)
+    ep = torch.export.export(OddOnly(), (torch.randn(5, 3),), dynamic_shapes={"x": {0: scope["x_shape_0"]}})
+    for n in range(3, 16, 2):
+        ep.module()(torch.randn(n, 3))
 
 
 def test_torch_suggested_fix_is_checked_before_it_is_offered():
@@ -430,7 +436,7 @@ def test_a_suggestion_whose_program_refuses_sizes_in_its_range_is_not_offered(mo
     assert "dynamic_shapes_fix" not in diag
     assert diag["dynamic_shapes_fix_problem"].startswith(
         "pasted back, torch's suggested fix exports, but its program refuses sizes inside its own ranges: "
-        "x.shape[0]=4 (AssertionError: Guard failed: x.size()[0] % 2 == 1)"), diag
+        "refused where Mod(x.shape[0], 2) != 1: 6 of 13 sizes of x.shape[0]: 4, 6, 8, 10, 12, 14"), diag
 
 
 def test_a_suggestion_that_fails_when_pasted_back_is_refined_again(monkeypatch):

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from ..probes.proof import prove_program
+from .promise import constant_problem, declared_box, dim_call, finite, refused_sizes
 from ..timeout import CaseTimeout, Expired, time_limit
 from ..util import environment
 
@@ -120,13 +122,13 @@ def refined_dynamic_shapes(exc: BaseException, dynamic_shapes: Any) -> Any | Non
 
 
 # what a program's input checks raise (guards, input constraints, runtime asserts on sizes)
-_REFUSALS = ("Guard failed", "Expected input", "to be equal to", "to be <=", "to be >=", "is outside of",
-             "Runtime assertion failed")
+
 MAX_REFINE = 3  # rounds of pasting torch's suggestion back and refining it again
 FIX_FROM_MESSAGE = "torch's error carries the fix: built and checked without draft_export"
 
 
-def checked_fix(fixed: Any, module: Any, args: tuple, kwargs: dict, strict: bool) -> dict[str, Any]:
+def checked_fix(fixed: Any, module: Any, args: tuple, kwargs: dict, strict: bool,
+                declared: Any = None) -> dict[str, Any]:
     """torch's corrected spec used as a user would (issue #24: torch's own suggestion for torchvision's ``r3d_18``
     fails when pasted back): exported again, refined again while export answers with new suggested fixes (at most
     ``MAX_REFINE`` rounds), and the program it gives probed at the bounds of every range it keeps. Only a spec
@@ -135,6 +137,9 @@ def checked_fix(fixed: Any, module: Any, args: tuple, kwargs: dict, strict: bool
     from ..modstate import python_state, restore_python_state
 
     torch_text = to_python(fixed)
+    constant = constant_problem(declared, fixed)
+    if constant:  # never offered ready: the promise would become a constant with a green pass (issue #41)
+        return {"dynamic_shapes_fix_torch": torch_text, "dynamic_shapes_fix_problem": constant}
     spec, rounds = fixed, 0
     while True:
         before = python_state(module)
@@ -151,13 +156,25 @@ def checked_fix(fixed: Any, module: Any, args: tuple, kwargs: dict, strict: bool
             spec, rounds = again, rounds + 1
         finally:
             restore_python_state(module, before)  # tracing runs forward: the attributes it set are put back
-    refused = refused_sizes(ep, args, kwargs, module)
     text = torch_text if rounds == 0 else to_python(spec)
+    box, hints = declared_box(spec, ep)
+    proof = prove_program(ep, box)  # the program's guards over every size the fix declares (issue #41)
+    if proof is not None and proof.refusals():
+        d = proof.refusals()[0]
+        return {"dynamic_shapes_fix_torch": text, "dynamic_shapes_fix_problem":
+                "pasted back, torch's suggested fix exports, but its program refuses sizes inside its own ranges: "
+                + proof.refused_text(d) + "".join(f"; {h}" for h in hints)}
+    refused = refused_sizes(ep, args, kwargs, module)
     if refused:
         return {"dynamic_shapes_fix_torch": text, "dynamic_shapes_fix_problem":
                 "pasted back, torch's suggested fix exports, but its program refuses sizes inside its own ranges: "
                 + ", ".join(refused[:6]) + " (no single Dim expresses what the program accepts there)"}
-    out: dict[str, Any] = {"dynamic_shapes_fix": text, "dynamic_shapes_fix_checked": True}
+    if proof is None or not proof.proved:
+        why = "torch kept no record of its guards" if proof is None else proof.line()
+        return {"dynamic_shapes_fix_torch": text, "dynamic_shapes_fix_problem":
+                f"pasted back, torch's suggested fix exports, but its guards could not be proved over its ranges ({why})"}
+    out: dict[str, Any] = {"dynamic_shapes_fix": text, "dynamic_shapes_fix_checked": True,
+                           "dynamic_shapes_fix_proof": proof.line()}
     if rounds:
         out["dynamic_shapes_fix_torch"] = torch_text
         out["dynamic_shapes_fix_note"] = (f"torch's own suggestion failed when pasted back; refined {rounds} more "
@@ -171,99 +188,10 @@ def describe(err: BaseException) -> str:
     return describe_exception(err, 300).splitlines()[0]
 
 
-def _input_path(module: Any, path: tuple) -> str:
-    """A flat input's path as the user names it: ``x``, ``x['mask']``, ``args[2]``."""
-    import inspect
-
-    import torch.utils._pytree as pytree
-
-    top, rest = path[1], pytree.keystr(path[2:])
-    if path[0].idx == 1:
-        return f"{top.key}{rest}"
-    try:
-        names = [n for n, p in inspect.signature(module.forward).parameters.items()
-                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError, AttributeError):
-        names = []
-    return (names[top.idx] if top.idx < len(names) else f"args[{top.idx}]") + rest
-
-
 def _copies(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     import torch.utils._pytree as pytree
 
     return pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), (tuple(args), dict(kwargs)))
-
-
-def refused_sizes(ep: Any, args: tuple, kwargs: dict, module: Any = None) -> list[str]:
-    """Sizes inside the ranges ``ep`` keeps that its module refuses, probed with fake tensors at each range's
-    bounds and their neighbours (the other sizes at the example's), as ``name=size: why``."""
-    import torch.utils._pytree as pytree
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    keyed, spec = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))
-    flat = [leaf for _, leaf in keyed]
-    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    vals = [nodes[s.arg.name].meta.get("val") if getattr(s.arg, "name", None) in nodes else None
-            for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
-    if len(vals) != len(flat):
-        return []
-    hints: dict[Any, int] = {}
-    labels: dict[Any, str] = {}
-    for (path, leaf), val in zip(keyed, vals):
-        sizes = list(val.shape) if isinstance(val, torch.Tensor) else [val]
-        actual = list(leaf.shape) if isinstance(leaf, torch.Tensor) else [leaf]
-        for j, (s, n) in enumerate(zip(sizes, actual)):
-            if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol:
-                hints[s.node.expr] = int(n)
-                where = _input_path(module, path)
-                labels.setdefault(s.node.expr, f"{where}.shape[{j}]" if isinstance(val, torch.Tensor) else where)
-    out: list[str] = []
-    module = ep.module()
-    for sym, vr in ep.range_constraints.items():
-        if sym not in hints:
-            continue
-        lo, hi = max(_finite(vr.lower) or 0, 2), _finite(vr.upper)
-        for size in sorted({lo, lo + 1} | ({hi - 1, hi} if hi is not None else set())):
-            if hi is not None and not lo <= size <= hi:
-                continue
-            values = {**hints, sym: size}
-            mode = FakeTensorMode(allow_non_fake_inputs=True)
-            new = []
-            with mode:
-                for leaf, val in zip(flat, vals):
-                    if isinstance(val, torch.Tensor):
-                        shape = [int(d.node.expr.xreplace(values)) if isinstance(d, torch.SymInt) else int(d)
-                                 for d in val.shape]
-                        new.append(torch.empty(shape, dtype=leaf.dtype, device=leaf.device))
-                    else:
-                        new.append(int(val.node.expr.xreplace(values)) if isinstance(val, torch.SymInt) else leaf)
-                a, k = pytree.tree_unflatten(new, spec)
-                try:
-                    module(*a, **k)
-                except Exception as err:  # noqa: BLE001 - a refusal inside the kept range, or a limit of fakes
-                    if any(r in str(err) for r in _REFUSALS):
-                        out.append(f"{labels[sym]}={size} ({describe(err)})")
-    return out
-
-
-# ---- printing a dynamic_shapes spec as Python ---------------------------------------------------
-
-def _finite(v: Any) -> int | None:
-    try:
-        i = int(v)
-    except (TypeError, ValueError, OverflowError, AttributeError):
-        return None
-    return i if abs(i) < 2**62 else None
-
-
-def _dim_call(name: str, lo: Any, hi: Any) -> str:
-    args = [repr(name)]
-    lo, hi = _finite(lo), _finite(hi)
-    if lo:
-        args.append(f"min={lo}")
-    if hi is not None:
-        args.append(f"max={hi}")
-    return f"Dim({', '.join(args)})"
 
 
 def to_python(spec: Any) -> str:
@@ -278,9 +206,9 @@ def to_python(spec: Any) -> str:
     def root(d: Any) -> str:
         name = d.__name__
         if name.isidentifier():
-            roots.setdefault(name, f"{name} = {_dim_call(name, d.min, d.max)}")
+            roots.setdefault(name, f"{name} = {dim_call(name, d.min, d.max)}")
             return name
-        return _dim_call(name, d.min, d.max)
+        return dim_call(name, d.min, d.max)
 
     def render(v: Any) -> str:
         if isinstance(v, _DerivedDim):
@@ -288,7 +216,7 @@ def to_python(spec: Any) -> str:
             return str(v.__name__)
         if isinstance(v, _DimHint):
             base = f"Dim.{v.type.name}"
-            bounds = [f"{k}={_finite(b)}" for k, b in (("min", v.min), ("max", v.max)) if _finite(b) is not None]
+            bounds = [f"{k}={finite(b)}" for k, b in (("min", v.min), ("max", v.max)) if finite(b) is not None]
             return f"{base}({', '.join(bounds)})" if bounds else base
         if isinstance(v, Dim) or type(v).__name__ == "Dim" or (hasattr(v, "__name__") and hasattr(v, "min") and hasattr(v, "max")):
             return root(v)
@@ -334,7 +262,7 @@ def diagnose(exc: BaseException, module: Any, args: tuple, kwargs: dict, dynamic
             if fixed is not None:
                 out["draft_export_skipped"] = FIX_FROM_MESSAGE
                 try:
-                    out.update(checked_fix(fixed, module, args, kwargs, strict))
+                    out.update(checked_fix(fixed, module, args, kwargs, strict, dynamic_shapes))
                 except Exception as err:  # noqa: BLE001 - a check that crashes confirms nothing
                     out.update(dynamic_shapes_fix_torch=torch_text,
                                dynamic_shapes_fix_problem=f"checking it raised {describe(err).rstrip('.')}")
@@ -384,7 +312,9 @@ def diagnosis_text(d: dict[str, Any]) -> str:
         lines += ["    " + ln for ln in d["dynamic_shapes_fix"].splitlines()]
         if d.get("dynamic_shapes_fix_checked"):
             note = f"; {d['dynamic_shapes_fix_note']}" if d.get("dynamic_shapes_fix_note") else ""
-            lines.append(f"  (checked: it exports again and its program takes the bounds of its ranges{note})")
+            proof = d.get("dynamic_shapes_fix_proof", "")
+            lines.append(f"  (checked: it exports again and its program takes the bounds of its ranges{note}"
+                         f"{'; ' + proof if proof else ''})")
     elif d.get("dynamic_shapes_fix_problem"):
         lines.append(f"  no corrected dynamic_shapes to paste (not confirmed): {d['dynamic_shapes_fix_problem']}; "
                      "torch suggested:")

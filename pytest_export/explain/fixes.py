@@ -23,6 +23,8 @@ from ..declare.case import input_names
 from ..declare.shapes import parse
 from ..observe import clone_inputs, preserved_python_state
 from ..probes.choose import ACCEPTED, UNCHECKED, run_eager, run_program, sized, spread
+from ..probes.narrow import bad_values, narrowings
+from ..probes.proof import prove
 from ..torchlog import quiet_trace_logs
 from ..util import describe_exception
 
@@ -98,6 +100,41 @@ def propose(ctx: Context, model: FuzzModel, refused: dict[str, list[tuple[int, s
             fixes.append(Fix(v.names, f"{name} = Dim('{name}', {bounds})",
                              lambda name=name, a=lo, b=hi: Dim(name, min=a, max=b)))
     return fixes
+
+
+def proved_fixes(proof: Any, model: FuzzModel) -> tuple[list[Fix], list[str]]:
+    """The fixes the proof's narrowings give (``Dim`` sources to paste), and a line per fix saying exactly what it
+    gives up; ``([], [why])`` where no narrowing keeps the promise's spirit."""
+    from torch.export import Dim
+
+    chosen, why = narrowings(proof, model)
+    if not chosen:
+        return [], [why] if why else []
+    var = {v.symbol: v for v in model.vars}
+    fixes, notes = [], []
+    for n in chosen:
+        v = var[n.symbol]
+        if len(v.names) != 1:
+            return [], [f"{'/'.join(v.names)} are one dim in the program: declare one Dim for them"]
+        name = _name(v.names[0])
+        if n.step == 1:
+            fixes.append(Fix(v.names, f"{name} = Dim('{name}', min={n.lo}, max={n.hi})",
+                             lambda name=name, a=n.lo, b=n.hi: Dim(name, min=a, max=b)))
+            kept = f"[{n.lo}, {n.hi}]"
+        else:
+            k_lo, k_hi = (n.lo - n.offset) // n.step, (n.hi - n.offset) // n.step
+            form = f"{n.step} * _{name}" + (f" + {n.offset}" if n.offset else "")
+            fixes.append(Fix(v.names, f"_{name} = Dim('_{name}', min={k_lo}, max={k_hi})\n{name} = {form}",
+                             lambda name=name, m=n.step, r=n.offset, a=k_lo, b=k_hi:
+                             m * Dim(f"_{name}", min=a, max=b) + r if r else m * Dim(f"_{name}", min=a, max=b)))
+            kept = f"the {n.kept} sizes {form} in [{n.lo}, {n.hi}]"
+        total = v.hi - v.lo + 1
+        bad = bad_values(proof.solution, n.symbol)
+        refused = int(bad.sum()) if bad is not None else "some"
+        notes.append(f"(this fix keeps {'/'.join(v.names)} to {kept}: it gives up {total - n.kept} of its {total} "
+                     f"declared sizes ({n.lost} of the {proof.solution.size} declared size combinations), though the "
+                     f"program refuses {refused} of them; of the narrowings of one dim, it gives up the fewest)")
+    return fixes, notes
 
 
 def tie_lines(model: FuzzModel, refused: dict[str, Any], labels: dict[str, list[str]],
@@ -234,18 +271,52 @@ def check(ctx: Context, model: FuzzModel, fixes: list[Fix]) -> Checked:
                           symbols)
     if au.failures or au.errors:
         return _not_ready(ctx, model, source, f"export does not keep it ({(au.failures + au.errors)[0]})", symbols)
-    probes, refused, cut = 0, [], False
     names = {getattr(getattr(m, "root", m), "__name__", None) for m in made.values()}
-    for v in [v for v in au.model.vars if names & set(v.names)]:
-        ok, bad, cut_here = _probe_sizes(ctx, au.model, ep, v)
-        probes, cut = probes + len(ok) + len(bad), cut or cut_here
+    fixed = [v for v in au.model.vars if names & set(v.names)]
+    same = _same_or_constant(model, fixed, roots, shared=any(len(f.roots) > 1 for f in fixes))
+    if same:
+        return Checked(False, f"no fix to paste: {same}")
+    proof = prove(ep, au.model)
+    if proof is None:
+        return Checked(False, "fix (not proved: torch kept no record of the program's guards to decide them over "
+                              f"the fix's sizes; check it before use):\n{source}")
+    if proof.refusals():
+        return _not_ready(ctx, model, source, "its program's guards still refuse "
+                          + proof.refused_text(proof.refusals()[0]), symbols)
+    if not proof.proved:
+        return Checked(False, f"fix (not proved: {proof.line()}; check it before use):\n{source}")
+    # the guards are proved; what no guard says (a kernel that raises at a size) is probed at each bound
+    probes, refused = 0, []
+    for v in fixed:
+        ok, bad, _ = _probe_sizes(ctx, au.model, ep, v, bounds_only=True)
+        probes += len(ok) + len(bad)
         refused += [f"{'/'.join(v.names)}={size}" for size in bad]
     if refused:
         return _not_ready(ctx, model, source, f"its program still refuses {', '.join(refused[:6])}", symbols)
-    short = f", before {_SPENT}" if cut else ""
-    return Checked(True, f"fix: what the program really accepts, ready to paste (checked: exported again with it, "
-                         f"its program took all {probes} probed sizes{short}; or make the model accept the declared "
-                         f"range):\n{source}", probes)
+    n = len(proof.solution.decided)
+    held = (f"its program's {n} guard{'s' * (n != 1)} hold at all {proof.solution.size} sizes it keeps" if n else
+            f"its program keeps no guard on them: all {proof.solution.size} sizes it keeps are accepted")
+    return Checked(True, f"fix: what the program really accepts, ready to paste (proved: exported again with it, "
+                         f"{held}, "
+                         f"and its {probes} bound sizes ran; or make the model accept the declared range):\n{source}",
+                   probes)
+
+
+def _same_or_constant(model: FuzzModel, fixed: list[Any], roots: set[str], shared: bool = False) -> str:
+    """Why a fix is none: it declares what was declared, or it turns a declared dynamic dim into one size."""
+    def new_name(old: str) -> set[str]:
+        return {old, _name(old), f"_{_name(old)}"}
+
+    before = {n: (v.lo, v.hi) for v in model.vars for n in v.names if n in roots}
+    after = {n: (v.lo, v.hi) for v in fixed for n in v.names}
+    gone = [] if shared else sorted(r for r in before if not any(new_name(r) & set(v.names) for v in fixed))
+    same = not shared and bool(before) and all(any(before[r] == after.get(m) for m in new_name(r)) for r in before)
+    if any(lo == hi for lo, hi in after.values()) or gone:
+        return ("it would turn a declared dynamic dim into a constant"
+                + (f" ({', '.join(gone)})" if gone else "") + "; the promise is the range: change the model instead")
+    if same:
+        return "it is the declaration itself: the program refuses sizes inside it; change the model instead"
+    return ""
 
 
 _SPENT = "the budget for probing was spent (--export-budget / budget= raises it)"
@@ -259,13 +330,14 @@ def _sizes(lo: int, hi: int) -> list[int]:
     return bounds + sorted(x for x in sizes if x not in bounds)
 
 
-def _probe_sizes(ctx: Context, model: FuzzModel, ep: Any, v: Any) -> tuple[list[int], list[int], bool]:
+def _probe_sizes(ctx: Context, model: FuzzModel, ep: Any, v: Any,
+                 bounds_only: bool = False) -> tuple[list[int], list[int], bool]:
     """(sizes of ``v`` the program accepts, sizes it refuses where eager runs, whether the budget cut the list),
     the other dims at the example's sizes. A size eager itself cannot take counts as neither."""
     base = model.example_values()
     ok, bad = [], []
     for i, size in enumerate(_sizes(v.lo, v.hi)):
-        if i >= BOUNDS and ctx.calibration.costs().spent():  # a fix offered is checked at its bounds at least (#33)
+        if i >= BOUNDS and (bounds_only or ctx.calibration.costs().spent()):  # a fix offered is checked at its bounds at least (#33)
             return sorted(ok), sorted(bad), True
         probe = sized(ctx, model, {**base, v.symbol: size}, record=False)
         got = run_program(ctx, ep, probe)

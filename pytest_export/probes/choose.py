@@ -23,6 +23,23 @@ def has_small_size(ctx: Context, model: Any, values: dict[str, int]) -> bool:
                for flat, axes in sizes.items() for dim, size in axes.items() if dim is not None)
 
 
+def outside_promise(model: Any, values: dict[str, int]) -> bool:
+    """Whether a size assignment puts a declared-dynamic axis at 0 or 1 outside what the declaration promises (a
+    bare AUTO/DYNAMIC, or below a declared minimum): only there is an eager error excused as no fault of the
+    program. A size of 0 or 1 inside the declared range is part of the promise like any other (issue #41)."""
+    by_symbol = {v.symbol: v for v in model.vars}
+    for flat, axes in model.sizes(values).items():
+        for dim, size in axes.items():
+            e = model.shapes[flat][dim]
+            if dim is None or isinstance(e, int) or size > 1:
+                continue
+            for s in e.free_symbols:
+                v, x = by_symbol.get(str(s)), values.get(str(s))
+                if v is None or not v.promised or x is None or not (0 if v.zero else v.lo) <= x <= v.hi:
+                    return True
+    return False
+
+
 REFUSED_IN_RANGE, WRONG_IN_RANGE = "refused-in-range", "wrong-in-range"
 EAGER_RAISED_IN_RANGE = "eager-raised-in-range"  # the model itself: the declaration promises more than it supports
 
@@ -148,6 +165,9 @@ def _label(ctx: Context, flat: int, dim: int | None) -> str:
 def _describe(model: FuzzModel, values: dict[str, int]) -> str:
     named = model.named(values)
     return ", ".join(f"{k}={v}" for k, v in named.items()) or "the example sizes"
+
+
+describe_values = _describe
 
 
 MAX_SPREAD_PROBES = 8  # powers of two across a range, per dim
@@ -363,6 +383,6 @@ def deployment_sizes(ctx: Context, largest_first: bool = False) -> tuple[list[tu
 __all__ = ["ACCEPTED", "REFUSED", "RAISED", "UNCHECKED", "Verdict", "Sized", "Probe", "plan_for", "plan_edges", "sized",
            "spread",
            "largest_numeric", "fake_limit", "run_program", "run_eager", "mismatch",
-           "has_small_size", "in_range_problem", "blame", "Problem", "REFUSED_IN_RANGE", "WRONG_IN_RANGE",
+           "has_small_size", "outside_promise", "describe_values", "in_range_problem", "blame", "Problem", "REFUSED_IN_RANGE", "WRONG_IN_RANGE",
            "EAGER_RAISED_IN_RANGE", "in_range_probes", "out_of_range_probes", "probe_inputs",
            "in_range_inputs", "out_of_range_inputs", "deployment_sizes"]

@@ -181,6 +181,23 @@ def short_of_max_lines(cases: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def proof_lines(cases: list[dict[str, Any]], limit: int = 5) -> list[str]:
+    """How the programs' guards were decided over the declared sizes (issue #41): one line for the run, and one per
+    case where they were sampled or left undecided (a pass there is partly sampled)."""
+    ranged = [(c, (c.get("ranges") or {}).get("guards")) for c in cases]
+    ranged = [(c, g) for c, g in ranged if isinstance(g, dict)]
+    if not ranged:
+        return []
+    proved = [c for c, g in ranged if g.get("proved")]
+    out = [f"guards proved over every declared size: {len(proved)} of {len(ranged)} cases with dynamic shapes"]
+    open_ = sorted((c for c, g in ranged if not g.get("proved") and c.get("outcome") == "passed"),
+                   key=lambda c: c["nodeid"])
+    out += [f"guards not proved: {c['nodeid']}: {c['ranges']['guards'].get('line', '')}" for c in open_[:limit]]
+    if len(open_) > limit:
+        out.append(f"guards not proved: ... and {len(open_) - limit} more")
+    return out
+
+
 def summary_mode(given: str, verbose: int) -> str:
     """``--export-summary``'s value; not given: ``short`` under ``-q``, ``full`` under ``-v``, else ``auto`` (one
     line for a run that needs no attention, else ``full``)."""
@@ -189,18 +206,20 @@ def summary_mode(given: str, verbose: int) -> str:
 
 def needs_attention(cases: list[dict[str, Any]], messages: Iterable[str] = ()) -> bool:
     """Whether the end of a run shows its tables by default: a case that did not pass (a failure, an error, a known
-    failure, an xfail, an XPASS; a skipped case is no news), a pass short of a declared max by numerics, or a line
-    of the baseline's."""
+    failure, an xfail, an XPASS; a skipped case is no news), a pass short of a declared max by numerics or whose
+    guards were not proved over every declared size, or a line of the baseline's."""
     return (any(verdict_of(c) not in (PASSED, SKIPPED) for c in cases) or bool(short_of_max_lines(cases))
-            or bool(list(messages)))
+            or len(proof_lines(cases)) > 1 or bool(list(messages)))
 
 
 def green_line(cases: list[dict[str, Any]], torch: str | None, report: str | None = None) -> str:
     """The whole end of a run that needs no attention: its cases, the stages they passed, the report's path."""
     ran = [name for name, counts in stage_counts(cases).items() if name != OUTCOME_ROW and counts["passed"]]
     where = f"; report: {report}" if report else ""
+    proofs = proof_lines(cases)
+    proved = f"; {proofs[0]}" if proofs else ""
     return (f"pytest-export: {head(cases)} (torch {torch}); {len(ran)} stage{'s' * (len(ran) != 1)}: "
-            f"{', '.join(ran)}{where}")
+            f"{', '.join(ran)}{proved}{where}")
 
 
 def terminal_parts(mode: str, cases: list[dict[str, Any]], data: dict[str, Any], *, verbose: bool = False,
@@ -226,12 +245,12 @@ def terminal_parts(mode: str, cases: list[dict[str, Any]], data: dict[str, Any],
             out.append((None, f"pytest-export: {head(cases)}{where}"))
             failing = sorted((c for c in cases if verdict_of(c) in FAILING), key=lambda c: c["nodeid"])
             out += [(None, f"  {failing_label(c)}: {c['nodeid']}{_stages(c)}") for c in failing]
-            out += [(None, f"  {line}") for line in short_of_max_lines(cases)]
+            out += [(None, f"  {line}") for line in short_of_max_lines(cases) + proof_lines(cases)[1:]]
         out += [(None, _baseline_line(baseline, m)) for m in messages if not m.startswith(SHORT_SKIPS)]
         return out
     if cases:
         text = head(cases) + "\n" + summary_text(cases, data.get("core_ops"), verbose)
-        short = short_of_max_lines(cases)
+        short = short_of_max_lines(cases) + proof_lines(cases)
         if short:
             text += "\n" + "\n".join(short)
         out.append((f"export summary (torch {torch})", text))
@@ -244,6 +263,6 @@ def terminal_parts(mode: str, cases: list[dict[str, Any]], data: dict[str, Any],
     return out
 
 
-__all__ = ["summary_text", "stage_table", "stage_counts", "coverage_summary", "coverage_line", "op_table",
+__all__ = ["proof_lines", "summary_text", "stage_table", "stage_counts", "coverage_summary", "coverage_line", "op_table",
            "coverage_markdown", "summary_markdown", "non_core_cases", "terminal_parts", "summary_mode", "needs_attention",
            "green_line"]

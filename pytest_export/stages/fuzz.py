@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
-from ..probes.choose import (REFUSED_IN_RANGE, UNCHECKED, WRONG_IN_RANGE, has_small_size, in_range_problem,
+from ..probes.choose import (REFUSED_IN_RANGE, UNCHECKED, WRONG_IN_RANGE, in_range_problem, outside_promise,
                              mark_refusal, plan_for, run_program, sized)
 from ..probes.strategies import BuilderError, assignments, boundary_assignments, shapes_of
 from ..timeout import checkpoint
@@ -80,7 +80,7 @@ def run(ctx: Context) -> dict[str, Any]:
         if got.status == UNCHECKED:
             return _unchecked(state, named, got.message)
         problem = in_range_problem(ctx, got, probe, wrong="the exported program disagrees with eager",
-                                   small=has_small_size(ctx, model, values))
+                                   small=outside_promise(model, values))
         if problem:
             fake = got.mode == "fake"
             shapes = shapes_of(*(probe.fake() if fake else probe.real()), ctx.declaration.paths)

@@ -19,12 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import Context, Stage, StageFailure
-from ..explain.fixes import check, propose, tie_lines
+from ..explain.fixes import check, propose, proved_fixes, tie_lines
 from ..explain.guardsource import refusing_guards
 from ..explain.refusal import Explanation, model_fix
-from ..probes.choose import (ACCEPTED, EAGER_RAISED_IN_RANGE, FAKE, RAISED, REFUSED_IN_RANGE, UNCHECKED, has_small_size,
-                             in_range_probes, in_range_problem, mark_refusal, mismatch, out_of_range_probes, plan_edges,
-                             run_eager, run_program, sized)
+from ..probes.choose import (ACCEPTED, EAGER_RAISED_IN_RANGE, FAKE, RAISED, REFUSED_IN_RANGE, UNCHECKED, Probe,
+                             describe_values, in_range_probes, in_range_problem, mark_refusal, mismatch,
+                             out_of_range_probes, outside_promise, plan_edges, run_eager, run_program, sized)
+from ..probes.proof import RANGE_SOURCE, TIE_SOURCE, Proof, prove
 from ..util import plural
 
 
@@ -42,7 +43,12 @@ def run(ctx: Context) -> dict[str, Any]:
     failures = [(f, "declaration") for f in audit.failures]
     warnings: list[str] = []
     records: list[dict[str, Any]] = []
-    probes = in_range_probes(ctx, model) + out_of_range_probes(ctx, model)
+    # the program's guards decided over every declared size (issue #41); each refused set gets a witness probe
+    proof = prove(ctx.ep, model)
+    witnesses = _witnesses(model, proof, bool(audit.failures))
+    probes = in_range_probes(ctx, model)
+    seen = [p.values for p in probes]
+    probes += [w for w in witnesses.values() if w.values not in seen] + out_of_range_probes(ctx, model)
     verdicts: list[str] = []
     refused_in: dict[str, list[tuple[int, str]]] = {}  # in-range sizes the program refused, per symbol
     explained: list[Explanation] = []  # the guards behind each refused probe, as torch recorded them (#33)
@@ -60,7 +66,8 @@ def run(ctx: Context) -> dict[str, Any]:
                 rec["why"] = got.message
                 continue
             if probe.in_range:
-                small = probe.kind != "additional" and has_small_size(ctx, model, probe.values)
+                # sizes 0 and 1 excuse eager's errors only outside the declaration (issue #41)
+                small = probe.kind != "additional" and outside_promise(model, probe.values)
                 problem = in_range_problem(ctx, got, probe_in, at=probe.description, small=small)
                 if problem:
                     rec["finding"] = problem.splitlines()[0]
@@ -138,10 +145,14 @@ def run(ctx: Context) -> dict[str, Any]:
     if any("below_min" in r for r in records):
         data["below_min"] = [{"probe": r["probe"], "what": r["below_min"]} for r in records if "below_min" in r]
     names = {v.symbol: "/".join(v.names) for v in model.vars}
+    proved_lines = _proof_lines(proof, witnesses, verdicts, probes) if proof is not None else []
+    if proof is not None:
+        data["proof"] = proof.to_dict()
+    failures += [(line, REFUSED_IN_RANGE) for line in proved_lines]
     said: set[str] = set()
     for why in explained:
         text = why.text(names)
-        if text in said or any(w in f for f, _ in failures for w in why.where):  # named already (the audit)
+        if text in said or any(w in f for f, _ in failures for w in why.where):  # named already (audit, proof)
             continue
         said.add(text)
         data.setdefault("guard_sources", {}).update({w: src for w, src in zip(why.where, why.sources)})
@@ -161,7 +172,15 @@ def run(ctx: Context) -> dict[str, Any]:
         labels.setdefault(str(sym), []).append(row["input"] if row["axis"] is None else
                                                f"{row['input']}.shape[{row['axis']}]")
     failures += [(line, kind) for line in tie_lines(model, refused_in, labels, eager_moved)]
-    fixes = propose(ctx, model, refused_in, accepted_in)
+    notes: list[str] = []
+    fixes = []
+    if proved_lines:  # the proof's refused sets decide the fix: the narrowing that gives up the fewest (#41)
+        fixes, notes = proved_fixes(proof, model)
+        if not fixes and notes:
+            data["fix_problem"] = notes[0]
+            failures.append((f"no fix to paste: {notes[0]}", kind))
+    if not fixes and not proved_lines:
+        fixes = propose(ctx, model, refused_in, accepted_in)
     if fixes:
         # a fix is offered ready to paste only once it exported and its program took every probed size (issue #24)
         checked = check(ctx, model, fixes)
@@ -169,7 +188,8 @@ def run(ctx: Context) -> dict[str, Any]:
             data["dynamic_shapes_fix"] = "\n".join(f.source for f in fixes)
         else:
             data["fix_problem"] = checked.text
-        failures.append((checked.text + gives_up(explained, names, fixes), kind))
+        failures.append((checked.text + ("".join("\n" + n for n in notes) if checked.ready else "")
+                         + ("" if notes else gives_up(explained, names, fixes)), kind))
     hints = [h for h in dict.fromkeys(model_fix(line) for why in explained for line in why.user_lines) if h]
     if hints:
         data["model_fix"] = hints
@@ -180,6 +200,33 @@ def run(ctx: Context) -> dict[str, Any]:
     data["message"] = (f"{plural(len(probes), 'probe')}{modes}: {accepted} accepted, {data['refused']} refused"
                        + (f", {raised} raised inside" if raised else "") + (f", {unchecked} not checked" if unchecked else ""))
     return data
+
+
+def _witnesses(model: Any, proof: Proof | None, audited: bool) -> dict[int, Probe]:
+    """For each guard the proof found refusing declared sizes: a probe at one of them (the first), so that the
+    program's refusal is seen, explained and fixed like any probe's. Not for what the audit names already (a
+    narrowed range) or the tie lines do (axes export made one)."""
+    out: dict[int, Probe] = {}
+    if proof is None:
+        return out
+    base = model.example_values()
+    for i, d in enumerate(proof.refusals()):
+        if d.guard.source == TIE_SOURCE or (d.guard.source == RANGE_SOURCE and audited) or not d.examples:
+            continue
+        values = {**base, **dict(zip(d.symbols, d.examples[0]))}
+        out[i] = Probe(describe_values(model, values), values, {}, "in-range")
+    return out
+
+
+def _proof_lines(proof: Proof, witnesses: dict[int, Probe], verdicts: list[str], probes: list[Probe]) -> list[str]:
+    """A line per guard that refuses declared sizes, with the whole refused set, where its witness probe was not
+    accepted (a guard the program does not check at run time is no refusal)."""
+    status = {id(p): v for p, v in zip(probes, verdicts)}
+    by_values = {str(p.values): status.get(id(p)) for p in probes}
+    confirmed = {id(d) for i, d in enumerate(proof.refusals())
+                 if i in witnesses and by_values.get(str(witnesses[i].values)) != ACCEPTED}
+    return [proof.refused_text(d, more=more) + (" (proved over every declared size, not sampled)" if d.exact else "")
+            for d, more in proof.grouped() if id(d) in confirmed]
 
 
 def gives_up(explained: list[Explanation], names: dict[str, str], fixes: list[Any]) -> str:

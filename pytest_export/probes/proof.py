@@ -1,0 +1,216 @@
+"""The program's own guards proved over the whole declared range, or the exact sizes they refuse (issue #41).
+
+export records every shape guard it adds in the program's shape environment (``Ne(s77, 37)``, ``s0*s53 != 64``);
+the program's ``_guards_fn`` checks them at every call. ``prove`` maps them onto the declared dims (derived dims
+substituted to their roots, AUTO roots included; axes export tied that the declaration keeps independent get their
+equality as a guard) and decides each over every size of the declared box with ``probes.solver``. A guard on a dim
+that promises no range (a bare ``Dim.AUTO``) limits what is drawn, not the promise: it is recorded, not a finding.
+
+``prove_program`` does the same for a program alone, over the ranges it keeps (a fix pasted back).
+
+No pytest; torch only through the program's own records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from ..explain.guardsource import record_of, substituted
+from .solver import Decided, Guard, Solution, solve
+
+RANGE_SOURCE = "the program's range_constraints"
+TIE_SOURCE = "export made these axes one symbol"
+
+
+def relation_text(expr: Any) -> str:
+    """A relation as people write it: ``h*w == 64``."""
+    import sympy
+
+    if isinstance(expr, sympy.Eq):
+        return f"{expr.lhs} == {expr.rhs}"
+    if isinstance(expr, sympy.Ne):
+        return f"{expr.lhs} != {expr.rhs}"
+    return str(expr)
+
+
+def _point_text(point: tuple[int, ...]) -> str:
+    return str(point[0]) if len(point) == 1 else "(" + ", ".join(map(str, point)) + ")"
+
+
+@dataclasses.dataclass
+class Proof:
+    """The program's guards over the declared box: what was proved, the sizes refused, what was only sampled."""
+
+    solution: Solution
+    names: dict[str, str]  # symbol -> the declared name(s) people read
+    seconds: float = 0.0
+    limits: list[Guard] = dataclasses.field(default_factory=list)  # guards on dims that promise no range
+
+    @property
+    def proved(self) -> bool:
+        return self.solution.proved
+
+    def refusals(self) -> list[Decided]:
+        return self.solution.refusing
+
+    def refused_text(self, d: Decided, limit: int = 6, more: int = 0) -> str:
+        """``refused where h*w == 64: 3 of 841 sizes of (h, w): (4, 16), (8, 8), (16, 4)`` and where it came from."""
+        dims = [self.names.get(s, s) for s in d.symbols]
+        of = dims[0] if len(dims) == 1 else "(" + ", ".join(dims) + ")"
+        count = f"{d.refused} of {d.total} sizes" if d.exact else f"at least {d.refused} of {d.total} sizes ({d.how})"
+        shown = ", ".join(_point_text(p) for p in d.examples[:limit]) + (", ..." if d.refused > limit else "")
+        text = f"refused where {d.guard.text}: {count} of {of}: {shown}"
+        if len(dims) > 1:
+            text += f": a relation between {' and '.join(dims)}, no size of one alone"
+        if more:
+            text += f" (and {more} more guard{'s' * (more != 1)} of that line, refusing the same sizes)"
+        if d.guard.source:
+            text += f"; the guard was added at {d.guard.source}"
+        return text
+
+    def grouped(self) -> list[tuple[Decided, int]]:
+        """The refusing guards, one per line of the model and refused set: (the first, how many more)."""
+        out: dict[tuple, list[Decided]] = {}
+        for d in self.refusals():
+            out.setdefault((d.guard.source, tuple(d.symbols), d.refused, tuple(d.examples)), []).append(d)
+        return [(ds[0], len(ds) - 1) for ds in out.values()]
+
+    def line(self) -> str:
+        """The coverage line: ``guards: proved over all 841 sizes (1 guard)``, or what was refused or sampled."""
+        sol = self.solution
+        n = len(sol.decided)
+        guards = f"{n} guard{'s' * (n != 1)}" if n else "no guards recorded"
+        if sol.proved:
+            return f"guards: proved over all {sol.size} declared sizes ({guards})"
+        parts = []
+        if sol.refusing:
+            parts.append(f"{sum(1 for _ in sol.refusing)} of {guards} refuse declared sizes")
+        if sol.sampled:
+            parts.append("sampled: " + "; ".join(f"`{d.guard.ok}` ({d.how})" for d in sol.sampled[:3]))
+        if sol.undecided:
+            parts.append("not decided: " + "; ".join(f"`{g.ok}` ({why})" for g, why in sol.undecided[:3]))
+        return f"guards over the {sol.size} declared sizes: " + "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        sol = self.solution
+        return {
+            "proved": sol.proved, "sizes": sol.size, "guards": len(sol.decided), "seconds": round(self.seconds, 4),
+            "box": {self.names.get(s, s): list(r) for s, r in sol.box.items()},
+            "refused": [{"where": d.guard.text, "dims": [self.names.get(s, s) for s in d.symbols],
+                         "count": d.refused, "of": d.total, "exact": d.exact,
+                         "examples": [list(p) for p in d.examples], "source": d.guard.source} for d in sol.refusing],
+            "sampled": [{"guard": d.guard.ok, "how": d.how} for d in sol.sampled],
+            "undecided": [{"guard": g.ok, "why": why} for g, why in sol.undecided],
+            "limits": [g.ok for g in self.limits],
+            "line": self.line(),
+        }
+
+
+def _guard(expr: Any, names: dict[Any, Any], source: str) -> Guard:
+    import sympy
+
+    return Guard(expr, relation_text(sympy.Not(expr).xreplace(names)), source, relation_text(expr.xreplace(names)))
+
+
+def program_guards(ep: Any, symbols: dict[str, Any]) -> list[Guard] | None:
+    """``ep``'s recorded shape guards as solver guards over ``symbols`` (name -> sympy symbol: the names the box is
+    keyed by), derived dims substituted to their roots; None where torch kept no record (a loaded program)."""
+    import sympy
+
+    rec = record_of(ep)
+    if rec is None:
+        return None
+    by_expr = {sym: sym for sym in symbols.values()}
+    out = []
+    for expr, source in rec.guards:
+        e = substituted(rec, expr)
+        if e == sympy.true:
+            continue
+        out.append(_guard(e, by_expr, source))
+    return out
+
+
+def prove(ep: Any, model: Any) -> Proof | None:
+    """The program's guards over the declared box of ``model`` (an ``audit.FuzzModel``); None where torch kept no
+    record of them. Never raises: a proof that cannot be built is None, and the probes decide alone."""
+    try:
+        return _prove(ep, model)
+    except Exception:  # noqa: BLE001 - torch-internal records; the probes still run
+        return None
+
+
+def _prove(ep: Any, model: Any) -> Proof | None:
+    import sympy
+
+    t0 = time.perf_counter()
+    rec_guards = program_guards(ep, model.symbols)
+    if rec_guards is None:
+        return None
+    names = {v.symbol: "/".join(v.names) for v in model.vars}
+    shown = {model.symbols[v.symbol]: sympy.Symbol(v.names[0] if v.names else v.symbol, integer=True)
+             for v in model.vars}
+    promised = {v.symbol for v in model.vars if v.promised}
+    guards, limits = [], []
+    for g in rec_guards:
+        g = _guard(g.expr, shown, g.source)
+        free = {str(s) for s in g.expr.free_symbols}
+        (guards if not free - promised or not free & {v.symbol for v in model.vars} else limits).append(g)
+    for fresh, origin in model.ties.items():
+        if fresh in model.symbols and origin in model.symbols:
+            guards.append(_guard(sympy.Eq(model.symbols[fresh], model.symbols[origin]), shown, TIE_SOURCE))
+    for v in model.vars:  # what export kept, where narrower than the declaration (the audit names it too)
+        sym = model.symbols[v.symbol]
+        vr = ep.range_constraints.get(sym)
+        if v.promised and vr is not None:
+            lo, hi = _finite(vr.lower), _finite(vr.upper)
+            kept = [sym >= lo] if lo is not None and lo > max(v.lo, 2) else []
+            kept += [sym <= hi] if hi is not None and hi < v.hi else []
+            if kept:
+                guards.append(_guard(sympy.And(*kept) if len(kept) > 1 else kept[0], shown, RANGE_SOURCE))
+    box = {v.symbol: (v.lo, v.hi) for v in model.vars if v.promised}
+    sol = solve(guards, box)
+    return Proof(sol, names, time.perf_counter() - t0, limits)
+
+
+def _finite(x: Any) -> int | None:
+    try:
+        v = int(x)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return v if abs(v) < 1 << 62 else None
+
+
+def prove_program(ep: Any, box: dict[str, tuple[int, int]] | None = None) -> Proof | None:
+    """A program's own guards over the ranges it keeps (its ``range_constraints`` for the symbols of its inputs,
+    or ``box``): what a fix pasted back is held to. None where torch kept no record."""
+    try:
+        import torch
+
+        syms: dict[str, Any] = {}
+        for node in ep.graph.nodes:
+            val = node.meta.get("val") if node.op == "placeholder" else None
+            for s in (list(val.shape) if isinstance(val, torch.Tensor) else [val]):
+                if isinstance(s, torch.SymInt):
+                    for f in s.node.expr.free_symbols:
+                        syms[str(f)] = f
+        if box is None:
+            box = {}
+            for name, sym in syms.items():
+                vr = ep.range_constraints.get(sym)
+                lo, hi = (_finite(vr.lower), _finite(vr.upper)) if vr is not None else (None, None)
+                if hi is None:
+                    return None  # an unbounded range has no whole box to decide over
+                box[name] = (max(lo or 0, 0), hi)
+        t0 = time.perf_counter()
+        guards = program_guards(ep, syms)
+        if guards is None:
+            return None
+        sol = solve(guards, box)
+        return Proof(sol, {n: n for n in syms}, time.perf_counter() - t0)
+    except Exception:  # noqa: BLE001 - torch-internal records
+        return None
+
+
+__all__ = ["Proof", "prove", "prove_program", "program_guards", "relation_text", "RANGE_SOURCE", "TIE_SOURCE"]

@@ -1,0 +1,376 @@
+"""Shape guards decided over a whole box of sizes (issue #41): proved, or the exact set they refuse.
+
+A program's shape guards are integer formulas over its symbols (``Ne(s77, 37)``, ``s0*s53 != 64``,
+``Eq(Mod(s, 2), 0)``). ``solve`` decides each over every point of a box (one ``[lo, hi]`` per symbol): on its own
+symbols only (most guards read one or two), evaluated vectorized with NumPy a chunk at a time, so that memory stays
+small and a box of millions of points takes milliseconds. Where a guard's own box is too large to enumerate, it is
+evaluated at the box's edges, powers of two and seeded random points, and marked sampled, never proved.
+
+Plain sympy and NumPy: no torch, nothing of the package. torch's own integer functions (``FloorDiv``,
+``PythonMod``, ``CleanDiv``, ...) are recognized by name, so that this module never imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import random
+from typing import Any, Iterable, Sequence
+
+ENUMERATE_LIMIT = 1 << 22  # points of one guard's own box that are enumerated whole (exact)
+CHUNK = 1 << 18  # points evaluated at once
+SAMPLES = 1 << 14  # points of a larger box that are evaluated (sampled, not proved)
+EXAMPLES = 8  # refused points kept per guard, the smallest first
+
+
+class Unsupported(Exception):
+    """A formula this evaluator has no vectorized rule for."""
+
+
+@dataclasses.dataclass
+class Guard:
+    """One guard: a sympy boolean over the box's symbols, how people read it, and where it came from."""
+
+    expr: Any
+    text: str = ""  # what it refuses, in the declaration's names: ``h*w == 64``
+    source: str = ""
+    ok: str = ""  # the guard itself, in the declaration's names: ``h*w != 64``
+
+
+@dataclasses.dataclass
+class Decided:
+    """One guard decided over its own dims: how many of their points it refuses, the first few, and how."""
+
+    guard: Guard
+    symbols: list[str]  # the box's symbols it reads, in the box's order
+    total: int  # points of its own dims
+    refused: int  # of them, refused (a lower bound where sampled)
+    examples: list[tuple[int, ...]]  # refused points, in ``symbols``' order
+    exact: bool  # every point evaluated
+    checked: int  # points evaluated
+
+    @property
+    def how(self) -> str:
+        return "every size" if self.exact else f"sampled {self.checked} of {self.total} sizes"
+
+
+@dataclasses.dataclass
+class Solution:
+    """Every guard over the whole box: ``proved`` where each was decided exactly and none refuses a point."""
+
+    decided: list[Decided]
+    undecided: list[tuple[Guard, str]]  # guards that read symbols outside the box, or forms with no rule, and why
+    box: dict[str, tuple[int, int]]
+
+    @property
+    def size(self) -> int:
+        return math.prod(hi - lo + 1 for lo, hi in self.box.values()) if self.box else 1
+
+    @property
+    def refusing(self) -> list[Decided]:
+        return [d for d in self.decided if d.refused]
+
+    @property
+    def sampled(self) -> list[Decided]:
+        return [d for d in self.decided if not d.exact]
+
+    @property
+    def proved(self) -> bool:
+        return not self.refusing and not self.sampled and not self.undecided
+
+    def accepts(self, point: dict[str, int]) -> bool:
+        """Whether every decided guard holds at ``point`` (symbol -> size)."""
+        return all(_holds_at(d.guard.expr, point) is not False for d in self.decided)
+
+
+def _is(e: Any, *names: str) -> bool:
+    return type(e).__name__ in names
+
+
+def _np() -> Any:
+    import numpy
+
+    return numpy
+
+
+def _safe(b: Any) -> tuple[Any, Any]:
+    """A divisor with its zeros replaced by 1, and where they were: a plain int stays a plain int (an int64
+    array would wrap a divisor of 2**63 or more)."""
+    np = _np()
+    if isinstance(b, int):
+        return (b or 1), (b == 0)
+    bad = b == 0
+    return np.where(bad, 1, b), bad
+
+
+def _floordiv(a: Any, b: Any) -> Any:
+    np = _np()
+    safe, bad = _safe(b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = a // safe if isinstance(a, int) and isinstance(safe, int) else np.floor_divide(a, safe)
+    return out, bad
+
+
+def evaluate(expr: Any, env: dict[Any, Any]) -> Any:
+    """``expr`` at every point of ``env`` (sympy symbol -> NumPy array, all of one length): a NumPy array of ints
+    or bools. A point where it divides by zero is False for a relation (a guard that cannot hold)."""
+    value, bad = _eval(expr, env)
+    np = _np()
+    if bad is not None and np.any(bad):
+        value = np.where(bad, False, value)
+    return value
+
+
+def _eval(e: Any, env: dict[Any, Any]) -> tuple[Any, Any]:
+    """(value, mask of points where it is undefined, or None)."""
+    import sympy
+
+    np = _np()
+    if e in env:
+        return env[e], None
+    if e is sympy.true or e is sympy.false or isinstance(e, bool):
+        return bool(e), None
+    if getattr(e, "is_Integer", False):
+        return int(e), None
+    if getattr(e, "is_Symbol", False):
+        raise Unsupported(f"symbol {e} is outside the box")
+    parts = [_eval(a, env) for a in e.args]
+    vals = [p[0] for p in parts]
+    bads = [p[1] for p in parts if p[1] is not None]
+    bad = None
+    for b in bads:
+        bad = b if bad is None else (bad | b)
+
+    def join(extra: Any) -> Any:
+        return extra if bad is None else (bad | extra)
+
+    if e.is_Add:
+        return sum(vals[1:], vals[0]), bad
+    if e.is_Mul:
+        if any(getattr(a, "is_Rational", False) and not getattr(a, "is_Integer", False) for a in e.args):
+            raise Unsupported("a rational coefficient")
+        out = vals[0]
+        for v in vals[1:]:
+            out = out * v
+        return out, bad
+    if e.is_Pow:
+        exp = e.args[1]
+        if not getattr(exp, "is_Integer", False) or int(exp) < 0:
+            raise Unsupported("a power that is not a whole non-negative number")
+        return vals[0] ** int(exp), bad
+    if _is(e, "FloorDiv", "CleanDiv", "IntTrueDivFloor"):
+        out, zero = _floordiv(vals[0], vals[1])
+        return out, join(zero)
+    if _is(e, "Mod", "PythonMod"):
+        q, zero = _floordiv(vals[0], vals[1])
+        return vals[0] - q * _safe(vals[1])[0], join(zero)
+    if _is(e, "CeilDiv"):
+        q, zero = _floordiv(-np.asarray(vals[0]), vals[1])
+        return -q, join(zero)
+    if _is(e, "Max"):
+        out = vals[0]
+        for v in vals[1:]:
+            out = np.maximum(out, v)
+        return out, bad
+    if _is(e, "Min"):
+        out = vals[0]
+        for v in vals[1:]:
+            out = np.minimum(out, v)
+        return out, bad
+    if _is(e, "Abs"):
+        return np.abs(vals[0]), bad
+    if _is(e, "Equality"):
+        return np.equal(vals[0], vals[1]), bad
+    if _is(e, "Unequality"):
+        return np.not_equal(vals[0], vals[1]), bad
+    if _is(e, "LessThan"):
+        return np.less_equal(vals[0], vals[1]), bad
+    if _is(e, "StrictLessThan"):
+        return np.less(vals[0], vals[1]), bad
+    if _is(e, "GreaterThan"):
+        return np.greater_equal(vals[0], vals[1]), bad
+    if _is(e, "StrictGreaterThan"):
+        return np.greater(vals[0], vals[1]), bad
+    if _is(e, "And"):
+        out = vals[0]
+        for v in vals[1:]:
+            out = np.logical_and(out, v)
+        return out, bad
+    if _is(e, "Or"):
+        out = vals[0]
+        for v in vals[1:]:
+            out = np.logical_or(out, v)
+        return out, bad
+    if _is(e, "Not"):
+        return np.logical_not(vals[0]), bad
+    raise Unsupported(type(e).__name__)
+
+
+def _bound(e: Any, box: dict[Any, tuple[int, int]]) -> int:
+    """An upper bound of ``|e|`` over the box (of every subterm too): whether int64 can hold the evaluation."""
+    if e in box:
+        lo, hi = box[e]
+        return max(abs(lo), abs(hi))
+    if getattr(e, "is_Integer", False):
+        return abs(int(e))
+    args = [_bound(a, box) for a in getattr(e, "args", ())]
+    if not args:
+        return 1
+    if getattr(e, "is_Mul", False):
+        return math.prod(max(a, 1) for a in args)
+    if getattr(e, "is_Pow", False) and getattr(e.args[1], "is_Integer", False):
+        return max(args[0], 1) ** max(int(e.args[1]), 1)
+    return sum(args) + max(args)
+
+
+def _holds_at(expr: Any, point: dict[str, int]) -> bool | None:
+    import sympy
+
+    subs = {s: sympy.Integer(point[str(s)]) for s in expr.free_symbols if str(s) in point}
+    try:
+        value = expr.xreplace(subs)
+        if getattr(value, "free_symbols", None):
+            return None
+        return bool(value)
+    except (TypeError, ZeroDivisionError, ValueError):
+        return False
+
+
+def _grid(ranges: Sequence[tuple[int, int]], start: int, stop: int, dtype: Any) -> list[Any]:
+    """The points ``start..stop-1`` of the box's row-major order, one array per dim."""
+    np = _np()
+    idx = np.arange(start, stop, dtype=np.int64)
+    out = []
+    for lo, hi in reversed(ranges):
+        n = hi - lo + 1
+        out.append((idx % n + lo).astype(dtype))
+        idx //= n
+    return out[::-1]
+
+
+def _samples(ranges: Sequence[tuple[int, int]], count: int, seed: int) -> list[tuple[int, ...]]:
+    """The box's corners and each dim's edges, powers of two and seeded random points: ``count`` at most."""
+    rng = random.Random(seed)
+    points: list[tuple[int, ...]] = list(itertools.islice(itertools.product(*ranges), count // 4))  # corners
+    per_dim = []
+    for lo, hi in ranges:
+        vals = {lo, hi, min(lo + 1, hi), max(hi - 1, lo)}
+        vals.update(1 << k for k in range(63) if lo <= (1 << k) <= hi)
+        per_dim.append(sorted(vals))
+    for combo in itertools.product(*per_dim):
+        points.append(combo)
+        if len(points) >= count // 2:
+            break
+    while len(points) < count:
+        points.append(tuple(rng.randint(lo, hi) for lo, hi in ranges))
+    return points
+
+
+def decide(guard: Guard, box: dict[str, tuple[int, int]], *, limit: int = ENUMERATE_LIMIT, seed: int = 0) -> Decided:
+    """``guard`` over its own dims of ``box`` (symbol name -> (lo, hi)). Raises ``Unsupported`` for a form with no
+    vectorized rule, ``KeyError`` for a symbol outside the box."""
+    import numpy as np
+
+    by_name = {str(s): s for s in guard.expr.free_symbols}
+    names = [n for n in box if n in by_name]
+    missing = sorted(set(by_name) - set(box))
+    if missing:
+        raise KeyError(", ".join(missing))
+    syms = [by_name[n] for n in names]
+    ranges = [box[n] for n in names]
+    total = math.prod(hi - lo + 1 for lo, hi in ranges) if ranges else 1
+    wide = _bound(guard.expr, {s: r for s, r in zip(syms, ranges)}) >= 1 << 62
+    dtype = object if wide else np.int64
+    examples: list[tuple[int, ...]] = []
+    refused = 0
+    if not syms:  # a guard on no varied symbol: it holds everywhere or nowhere
+        holds = _holds_at(guard.expr, {}) is not False
+        return Decided(guard, [], 1, 0 if holds else 1, [] if holds else [()], True, 1)
+    if total <= limit:
+        for start in range(0, total, CHUNK):
+            cols = _grid(ranges, start, min(start + CHUNK, total), dtype)
+            ok = np.broadcast_to(np.asarray(evaluate(guard.expr, dict(zip(syms, cols))), dtype=bool), cols[0].shape)
+            bad = np.flatnonzero(~ok)
+            refused += int(bad.size)
+            for i in bad[: max(0, EXAMPLES - len(examples))]:
+                examples.append(tuple(int(c[i]) for c in cols))
+        return Decided(guard, names, total, refused, examples, True, total)
+    points = _samples(ranges, SAMPLES, seed)
+    cols = [np.array([p[i] for p in points], dtype=dtype) for i in range(len(syms))]
+    ok = np.broadcast_to(np.asarray(evaluate(guard.expr, dict(zip(syms, cols))), dtype=bool), cols[0].shape)
+    bad = sorted({points[i] for i in np.flatnonzero(~ok)})
+    return Decided(guard, names, total, len(bad), bad[:EXAMPLES], False, len(points))
+
+
+def _decide_slowly(guard: Guard, box: dict[str, tuple[int, int]], limit: int) -> Decided:
+    """A form with no vectorized rule, by sympy point by point: every point of a small box, else samples."""
+    names = [n for n in box if n in {str(s) for s in guard.expr.free_symbols}]
+    ranges = [box[n] for n in names]
+    total = math.prod(hi - lo + 1 for lo, hi in ranges) if ranges else 1
+    exact = total <= limit
+    points: Iterable[tuple[int, ...]] = (itertools.product(*(range(lo, hi + 1) for lo, hi in ranges)) if exact
+                                         else _samples(ranges, min(limit, SAMPLES), 0))
+    refused, examples, checked = 0, [], 0
+    for p in points:
+        checked += 1
+        if _holds_at(guard.expr, dict(zip(names, p))) is False:
+            refused += 1
+            if len(examples) < EXAMPLES:
+                examples.append(tuple(p))
+    return Decided(guard, names, total, refused, sorted(examples), exact, checked)
+
+
+SLOW_LIMIT = 4096  # points a form with no vectorized rule is evaluated at by sympy, one by one
+
+
+def solve(guards: Sequence[Guard], box: dict[str, tuple[int, int]], *, limit: int = ENUMERATE_LIMIT) -> Solution:
+    """Every guard over ``box``: each decided on its own dims (exact where they can be enumerated), or recorded as
+    undecided with the reason (a symbol the box does not vary: unbacked, data-dependent)."""
+    import sympy
+
+    decided: list[Decided] = []
+    undecided: list[tuple[Guard, str]] = []
+    seen: set[Any] = set()
+    for g in guards:
+        if g.expr in seen or g.expr is sympy.true:
+            continue
+        seen.add(g.expr)
+        try:
+            decided.append(decide(g, box, limit=limit))
+        except KeyError as exc:
+            undecided.append((g, f"it reads {exc.args[0]}, which the declaration does not vary"))
+        except Unsupported:
+            decided.append(_decide_slowly(g, box, SLOW_LIMIT))
+    return Solution(decided, undecided, dict(box))
+
+
+def refused_points(solution: Solution, symbols: Sequence[str], limit: int = ENUMERATE_LIMIT) -> Any:
+    """A boolean NumPy array over the sub-box of ``symbols`` (row-major): True where some guard that reads only
+    those symbols refuses. None where that sub-box is too large to hold."""
+    import numpy as np
+
+    ranges = [solution.box[s] for s in symbols]
+    total = math.prod(hi - lo + 1 for lo, hi in ranges)
+    if total > limit:
+        return None
+    wide = any(_bound(d.guard.expr, {s: solution.box[str(s)] for s in d.guard.expr.free_symbols
+                                     if str(s) in solution.box}) >= 1 << 62 for d in solution.refusing)
+    cols = _grid(ranges, 0, total, object if wide else np.int64)
+    env = {s: c for s, c in zip(symbols, cols)}
+    refused = np.zeros(total, dtype=bool)
+    for d in solution.decided:
+        if not d.refused or not set(d.symbols) <= set(symbols):
+            continue
+        syms = {str(s): s for s in d.guard.expr.free_symbols}
+        try:
+            ok = evaluate(d.guard.expr, {syms[n]: env[n] for n in d.symbols})
+        except Unsupported:
+            ok = np.array([_holds_at(d.guard.expr, {n: int(env[n][i]) for n in d.symbols}) is not False
+                           for i in range(total)])
+        refused |= ~np.broadcast_to(np.asarray(ok, dtype=bool), (total,))
+    return refused
+
+
+__all__ = ["Guard", "Decided", "Solution", "Unsupported", "evaluate", "decide", "solve", "refused_points",
+           "ENUMERATE_LIMIT"]
