@@ -205,6 +205,6 @@ def test_the_terminal_says_the_guards_were_proved(pytester):
         def test_plain():
             return Plain(), (torch.randn(4, 8),)
     """)
-    out = pytester.runpytest_subprocess("--export-check", "-p", "no:cacheprovider")
+    out = pytester.runpytest_subprocess("--export-check", "--export-summary=full", "-p", "no:cacheprovider")
     out.assert_outcomes(passed=1)
     out.stdout.fnmatch_lines(["*guards proved over every declared size: 1 of 1 cases with dynamic shapes*"])

@@ -216,10 +216,8 @@ def green_line(cases: list[dict[str, Any]], torch: str | None, report: str | Non
     """The whole end of a run that needs no attention: its cases, the stages they passed, the report's path."""
     ran = [name for name, counts in stage_counts(cases).items() if name != OUTCOME_ROW and counts["passed"]]
     where = f"; report: {report}" if report else ""
-    proofs = proof_lines(cases)
-    proved = f"; {proofs[0]}" if proofs else ""
     return (f"pytest-export: {head(cases)} (torch {torch}); {len(ran)} stage{'s' * (len(ran) != 1)}: "
-            f"{', '.join(ran)}{proved}{where}")
+            f"{', '.join(ran)}{where}")
 
 
 def terminal_parts(mode: str, cases: list[dict[str, Any]], data: dict[str, Any], *, verbose: bool = False,
