@@ -18,6 +18,8 @@ Figures (goal in brackets):
             (conversion with torch.onnx and the ONNX Runtime checks); needs the [onnx] extra
   executorch the `executorch` stage's duration vs `export`'s in the same check run, the same five models (lowering
             with XNNPACK and the checks in ExecuTorch's runtime); needs executorch (the [executorch] extra)
+  proof     the proof of the programs' guards over every declared size vs each case's own time, the zoo's CI
+            slice and two planted refusals  [< 5% of a case's time on the zoo]
   memory    real-width zoo models (BERT-base, TinyLlama's width at 2 layers, ResNet-50; --quick: BERT-base only):
             peak RSS and wall time of `pytest <case> --export-check` vs the raw floor (export plus one eager and
             one program forward, in a fresh process each), with the case's verdict and per-dim coverage
@@ -259,6 +261,12 @@ def bench_executorch(repeats: int) -> dict | None:
     return bench_executorch.measure(repeats)
 
 
+def bench_proof(repeats: int) -> dict | None:
+    import bench_proof  # what deciding the guards over the declared box costs per case (issue #41)
+
+    return bench_proof.measure()
+
+
 def bench_memory(quick: bool) -> dict | None:
     import bench_memory  # real-width models: the harness's peak memory vs the raw floor's
 
@@ -274,13 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(HERE))
     os.environ.setdefault("PYTHONPATH", str(ROOT))
     repeats = 1 if args.quick else 3
-    wanted = set((args.only or "load,harness,variants,xdist,fuzz,zoo,ranges,onnx,executorch,memory").split(","))
+    wanted = set((args.only or "load,harness,variants,xdist,fuzz,zoo,ranges,onnx,executorch,proof,memory").split(","))
     if args.quick:
         wanted.discard("xdist")
     runs = {"load": lambda: bench_load(repeats * 10), "harness": lambda: bench_harness(repeats),
             "variants": lambda: bench_variants(repeats), "xdist": lambda: bench_xdist(1), "fuzz": lambda: bench_fuzz(repeats),
             "zoo": lambda: bench_zoo(repeats), "ranges": lambda: bench_ranges(repeats),
-            "onnx": lambda: bench_onnx(repeats), "executorch": lambda: bench_executorch(repeats), "memory": lambda: bench_memory(args.quick)}
+            "onnx": lambda: bench_onnx(repeats), "executorch": lambda: bench_executorch(repeats),
+            "proof": lambda: bench_proof(repeats), "memory": lambda: bench_memory(args.quick)}
     print(f"pytest-export benchmarks (python {sys.version.split()[0]}, {os.cpu_count()} cores)")
     for name, fn in runs.items():
         if name not in wanted:

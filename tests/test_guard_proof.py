@@ -208,3 +208,33 @@ def test_the_terminal_says_the_guards_were_proved(pytester):
     out = pytester.runpytest_subprocess("--export-check", "--export-summary=full", "-p", "no:cacheprovider")
     out.assert_outcomes(passed=1)
     out.stdout.fnmatch_lines(["*guards proved over every declared size: 1 of 1 cases with dynamic shapes*"])
+
+
+class ChecksFive(torch.nn.Module):
+    def forward(self, x):
+        torch._check(x.shape[0] != 5)
+        return x + 1
+
+
+class ItemBranch(torch.nn.Module):
+    def forward(self, x):
+        if int(x.sum()) > 0:  # a tensor made a Python number: data-dependent
+            return x * 2
+        return x
+
+
+def test_the_export_hints_point_somewhere():
+    # a constraint violation without suggested fixes: the hint does not send the user to fixes that are not there
+    res = check(ChecksFive(), (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("b", min=2, max=64)}})
+    export = res.stages["export"]
+    assert export.status == "failed" and "Suggested fixes" not in export.message, export.message
+    assert "hint: a declared dynamic_shapes promise does not hold" in export.message
+    assert "see the suggested fixes" not in export.message
+    # where torch suggests some, it says so
+    res = check(Sum(), (torch.randn(1, 4),), dynamic_shapes={"x": {0: Dim("batch", min=1, max=16)}})
+    assert "does not hold; see the suggested fixes above" in res.stages["export"].message
+    # int(...) of a tensor is named as a cause of a data-dependent failure, beside .item()
+    res = check(ItemBranch(), (torch.randn(4, 3),))
+    export = res.stages["export"]
+    assert export.status == "failed", export.message
+    assert "`.item()`, `int(t)`, `float(t)`, `bool(t)`, `if t:`" in export.message, export.message

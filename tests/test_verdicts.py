@@ -78,16 +78,18 @@ def test_size_one_inside_the_promise(pytester):
     (row,) = hidden["shapes"]
     assert row["status"] == "refused-in-range" and row["refused_at"] == 1, row
     assert "refused-in-range (refuses 1)" in result.stdout.str()
-    # eager itself raises at 1 (batch norm in training): recorded, not the program's fault
+    # eager itself raises at 1 (batch norm in training), a size the declaration promises: the promise fails
+    # (issue #41: the size-1 exemption is for sizes outside the declaration only)
     rejects = cases["test_eager_rejects_one"]
-    assert rejects["outcome"] == "passed", rejects
-    assert any("eager itself raises at batch=1" in n for n in rejects["stages"]["guards"]["eager_rejects"])
+    assert rejects["outcome"] == "failed", rejects
+    assert rejects["stages"]["guards"]["signature"] == "eager-raised-in-range", rejects["stages"]["guards"]
+    assert "eager raised on in-range sizes batch=1" in rejects["stages"]["guards"]["message"]
     # a model that works at 0 and 1: size 0 is probed in range and passes
     fine = cases["test_fine_at_zero_and_one"]
     assert fine["outcome"] == "passed", fine
     probes = [f for f in fine["stages"]["guards"].get("findings", [])]
     assert probes == []
-    result.assert_outcomes(passed=2, failed=3)
+    result.assert_outcomes(passed=1, failed=4)
 
 
 def test_size_zero_findings_are_warnings():

@@ -96,7 +96,7 @@ class Proof:
     def to_dict(self) -> dict[str, Any]:
         sol = self.solution
         return {
-            "proved": sol.proved, "sizes": sol.size, "guards": len(sol.decided), "seconds": round(self.seconds, 4),
+            "proved": sol.proved, "sizes": sol.size, "guards": len(sol.decided),
             "box": {self.names.get(s, s): list(r) for s, r in sol.box.items()},
             "refused": [{"where": d.guard.text, "dims": [self.names.get(s, s) for s in d.symbols],
                          "count": d.refused, "of": d.total, "exact": d.exact,
@@ -114,7 +114,7 @@ def _guard(expr: Any, names: dict[Any, Any], source: str) -> Guard:
     return Guard(expr, relation_text(sympy.Not(expr).xreplace(names)), source, relation_text(expr.xreplace(names)))
 
 
-def program_guards(ep: Any, symbols: dict[str, Any]) -> list[Guard] | None:
+def program_guards(ep: Any, symbols: dict[str, Any], shown: dict[Any, Any] | None = None) -> list[Guard] | None:
     """``ep``'s recorded shape guards as solver guards over ``symbols`` (name -> sympy symbol: the names the box is
     keyed by), derived dims substituted to their roots; None where torch kept no record (a loaded program)."""
     import sympy
@@ -122,7 +122,7 @@ def program_guards(ep: Any, symbols: dict[str, Any]) -> list[Guard] | None:
     rec = record_of(ep)
     if rec is None:
         return None
-    by_expr = {sym: sym for sym in symbols.values()}
+    by_expr = shown or {sym: sym for sym in symbols.values()}
     out = []
     for expr, source in rec.guards:
         e = substituted(rec, expr)
@@ -182,10 +182,30 @@ def _finite(x: Any) -> int | None:
     return v if abs(v) < 1 << 62 else None
 
 
+def _labels(ep: Any, syms: dict[str, Any]) -> dict[str, str]:
+    """Each symbol as the input axis it came from (``x.shape[0]``), where torch recorded one; else its name."""
+    import re
+
+    from ..explain.guardsource import shape_env_of
+
+    env = shape_env_of(ep)
+    out = {n: n for n in syms}
+    sources = getattr(env, "var_to_sources", {}) if env is not None else {}
+    for n, s in syms.items():
+        for src in sources.get(s, []):
+            name = getattr(src, "name", "")
+            m = re.fullmatch(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]", name() if callable(name) else str(name))
+            if m:
+                out[n] = f"{m.group(1)}.shape[{m.group(2)}]"
+                break
+    return out
+
+
 def prove_program(ep: Any, box: dict[str, tuple[int, int]] | None = None) -> Proof | None:
     """A program's own guards over the ranges it keeps (its ``range_constraints`` for the symbols of its inputs,
     or ``box``): what a fix pasted back is held to. None where torch kept no record."""
     try:
+        import sympy
         import torch
 
         syms: dict[str, Any] = {}
@@ -204,11 +224,12 @@ def prove_program(ep: Any, box: dict[str, tuple[int, int]] | None = None) -> Pro
                     return None  # an unbounded range has no whole box to decide over
                 box[name] = (max(lo or 0, 0), hi)
         t0 = time.perf_counter()
-        guards = program_guards(ep, syms)
+        labels = _labels(ep, syms)
+        guards = program_guards(ep, syms, {s: sympy.Symbol(labels[n], integer=True) for n, s in syms.items()})
         if guards is None:
             return None
         sol = solve(guards, box)
-        return Proof(sol, {n: n for n in syms}, time.perf_counter() - t0)
+        return Proof(sol, labels, time.perf_counter() - t0)
     except Exception:  # noqa: BLE001 - torch-internal records
         return None
 

@@ -173,12 +173,14 @@ def _check_preserved(ctx: Context) -> None:
 
 
 _HINTS = {
-    "GuardOnDataDependentSymNode": "data-dependent Python control flow (a branch on tensor values); "
-    "use torch.cond, or torch._check for the value's range",
-    "UserError": "a declared dynamic_shapes promise does not hold; see the suggested fixes above",
+    "GuardOnDataDependentSymNode": "data-dependent Python control flow: a branch on tensor values, or a tensor made "
+    "a Python number (`.item()`, `int(t)`, `float(t)`, `bool(t)`, `if t:`); use torch.cond, or torch._check for "
+    "the value's range",
+    "UserError": "a declared dynamic_shapes promise does not hold",
     "Unsupported": "strict tracing (TorchDynamo) cannot trace this code; try strict=False or rewrite it",
-    "ConstraintViolationError": "the declared Dim ranges conflict with the code's guards; see the suggested fixes",
+    "ConstraintViolationError": "the declared Dim ranges conflict with the code's guards",
 }
+_SUGGESTED = ("UserError", "ConstraintViolationError")  # "see the suggested fixes" only where torch gave some (#41)
 
 
 def _class_hint(ctx: Context, exc: BaseException) -> str:
@@ -204,6 +206,8 @@ def export_hint(exc: BaseException) -> str:
     for cls in type(exc).__mro__:
         hint = _HINTS.get(cls.__name__)
         if hint:
+            if cls.__name__ in _SUGGESTED and "Suggested fixes" in str(exc):
+                hint += "; see the suggested fixes above"
             return f"\nhint: {hint}"
     return ""
 

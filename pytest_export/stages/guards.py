@@ -152,10 +152,10 @@ def run(ctx: Context) -> dict[str, Any]:
     said: set[str] = set()
     for why in explained:
         text = why.text(names)
+        data.setdefault("guard_sources", {}).update({w: src for w, src in zip(why.where, why.sources)})
         if text in said or any(w in f for f, _ in failures for w in why.where):  # named already (audit, proof)
             continue
         said.add(text)
-        data.setdefault("guard_sources", {}).update({w: src for w, src in zip(why.where, why.sources)})
         failures.append((text, REFUSED_IN_RANGE))
     for v in model.vars:
         if refused_in.get(v.symbol) and not any(v.symbol in why.symbols for why in explained):
