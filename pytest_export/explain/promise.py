@@ -11,13 +11,10 @@ from typing import Any
 
 import torch
 
+from ..util import finite_int
 
-def finite(v: Any) -> int | None:
-    try:
-        x = int(v)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return x if abs(x) < 1 << 62 else None
+
+finite = finite_int  # an int bound, or None where infinite
 
 
 def dim_call(name: str, lo: Any, hi: Any) -> str:

@@ -9,17 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..probes.proof import relation_text as _relation_text
 from .guardsource import INSIDE_TORCH, NO_SOURCE, Recorded, holds, record_of, substituted
-
-
-def _relation_text(expr: Any) -> str:
-    import sympy
-
-    if isinstance(expr, sympy.Eq):
-        return f"{expr.lhs} == {expr.rhs}"
-    if isinstance(expr, sympy.Ne):
-        return f"{expr.lhs} != {expr.rhs}"
-    return str(expr)
 
 
 @dataclasses.dataclass

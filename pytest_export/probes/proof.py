@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from ..explain.guardsource import record_of, substituted
+from ..util import finite_int
 from .solver import Decided, Guard, Solution, solve
 
 RANGE_SOURCE = "the program's range_constraints"
@@ -164,7 +165,7 @@ def _prove(ep: Any, model: Any) -> Proof | None:
         sym = model.symbols[v.symbol]
         vr = ep.range_constraints.get(sym)
         if v.promised and vr is not None:
-            lo, hi = _finite(vr.lower), _finite(vr.upper)
+            lo, hi = finite_int(vr.lower), finite_int(vr.upper)
             kept = [sym >= lo] if lo is not None and lo > max(v.lo, 2) else []
             kept += [sym <= hi] if hi is not None and hi < v.hi else []
             if kept:
@@ -172,14 +173,6 @@ def _prove(ep: Any, model: Any) -> Proof | None:
     box = {v.symbol: (v.lo, v.hi) for v in model.vars if v.promised}
     sol = solve(guards, box)
     return Proof(sol, names, time.perf_counter() - t0, limits)
-
-
-def _finite(x: Any) -> int | None:
-    try:
-        v = int(x)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return v if abs(v) < 1 << 62 else None
 
 
 def _labels(ep: Any, syms: dict[str, Any]) -> dict[str, str]:
@@ -219,7 +212,7 @@ def prove_program(ep: Any, box: dict[str, tuple[int, int]] | None = None) -> Pro
             box = {}
             for name, sym in syms.items():
                 vr = ep.range_constraints.get(sym)
-                lo, hi = (_finite(vr.lower), _finite(vr.upper)) if vr is not None else (None, None)
+                lo, hi = (finite_int(vr.lower), finite_int(vr.upper)) if vr is not None else (None, None)
                 if hi is None:
                     return None  # an unbounded range has no whole box to decide over
                 box[name] = (max(lo or 0, 0), hi)

@@ -168,43 +168,22 @@ def _eval(e: Any, env: dict[Any, Any]) -> tuple[Any, Any]:
     if _is(e, "CeilDiv"):
         q, zero = _floordiv(-np.asarray(vals[0]), vals[1])
         return -q, join(zero)
-    if _is(e, "Max"):
+    name = type(e).__name__
+    if name in _FOLDS:  # n-ary: Max, Min, And, Or
         out = vals[0]
         for v in vals[1:]:
-            out = np.maximum(out, v)
+            out = getattr(np, _FOLDS[name])(out, v)
         return out, bad
-    if _is(e, "Min"):
-        out = vals[0]
-        for v in vals[1:]:
-            out = np.minimum(out, v)
-        return out, bad
-    if _is(e, "Abs"):
-        return np.abs(vals[0]), bad
-    if _is(e, "Equality"):
-        return np.equal(vals[0], vals[1]), bad
-    if _is(e, "Unequality"):
-        return np.not_equal(vals[0], vals[1]), bad
-    if _is(e, "LessThan"):
-        return np.less_equal(vals[0], vals[1]), bad
-    if _is(e, "StrictLessThan"):
-        return np.less(vals[0], vals[1]), bad
-    if _is(e, "GreaterThan"):
-        return np.greater_equal(vals[0], vals[1]), bad
-    if _is(e, "StrictGreaterThan"):
-        return np.greater(vals[0], vals[1]), bad
-    if _is(e, "And"):
-        out = vals[0]
-        for v in vals[1:]:
-            out = np.logical_and(out, v)
-        return out, bad
-    if _is(e, "Or"):
-        out = vals[0]
-        for v in vals[1:]:
-            out = np.logical_or(out, v)
-        return out, bad
-    if _is(e, "Not"):
-        return np.logical_not(vals[0]), bad
+    if name in _BINARY:  # relations
+        return getattr(np, _BINARY[name])(vals[0], vals[1]), bad
+    if name in ("Abs", "Not"):
+        return (np.abs if name == "Abs" else np.logical_not)(vals[0]), bad
     raise Unsupported(type(e).__name__)
+
+
+_FOLDS = {"Max": "maximum", "Min": "minimum", "And": "logical_and", "Or": "logical_or"}
+_BINARY = {"Equality": "equal", "Unequality": "not_equal", "LessThan": "less_equal", "StrictLessThan": "less",
+           "GreaterThan": "greater_equal", "StrictGreaterThan": "greater"}
 
 
 def _bound(e: Any, box: dict[Any, tuple[int, int]]) -> int:
