@@ -39,22 +39,29 @@ def _chunks(actual: torch.Tensor, expected: torch.Tensor):
         yield a[i:i + CHUNK], e[i:i + CHUNK]
 
 
-def _leaf_errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
+def _leaf_errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float, int]:
+    """(max abs error, max rel error, how many elements differ by a NaN or an infinity): a NaN against a number is
+    an infinite error, never 0 (issue #44)."""
     if actual.numel() == 0 or actual.shape != expected.shape:
-        return 0.0, 0.0
-    max_abs, max_rel, any_nz = 0.0, 0.0, False
+        return 0.0, 0.0, 0
+    max_abs, max_rel, any_nz, nonfinite = 0.0, 0.0, False, 0
     for a, e in _chunks(actual, expected):
         a, e = a.to("cpu"), e.to("cpu")
         wide = torch.complex128 if a.is_complex() or e.is_complex() else torch.float64
         a, e = a.to(wide), e.to(wide)
-        diff = (a - e).abs()
-        diff = torch.where(torch.isnan(a) & torch.isnan(e), torch.zeros_like(diff), diff)
+        same = (a == e) | (torch.isnan(a) & torch.isnan(e))
+        odd = ~same & ~(torch.isfinite(a) & torch.isfinite(e))
+        nonfinite += int(odd.sum())
+        diff = torch.where(same, 0.0, (a - e).abs().to(torch.float64))
+        diff = torch.where(odd, math.inf, diff)
         max_abs = max(max_abs, float(diff.max()))
         denom = e.abs()
         nz = denom > 0
         if bool(nz.any()):
             any_nz, max_rel = True, max(max_rel, float((diff[nz] / denom[nz]).max()))
-    return max_abs, max_rel if any_nz else (0.0 if max_abs == 0 else math.inf)
+        if bool(odd.any()):
+            max_rel = math.inf
+    return max_abs, (max_rel if any_nz else (0.0 if max_abs == 0 else math.inf)), nonfinite
 
 
 def _close(a: torch.Tensor, e: torch.Tensor, tolerances: dict[str, float]) -> bool:
@@ -189,9 +196,11 @@ def compare_trees(actual: Any, expected: Any, *, rtol: float | None = None, atol
                     if _identical(a, e):  # the usual case: no error to measure, nothing for assert_close to say
                         entry.update(max_abs_error=0.0, max_rel_error=0.0)
                         continue
-                    mabs, mrel = _leaf_errors(a, e)
+                    mabs, mrel, odd = _leaf_errors(a, e)
                     worst_abs, worst_rel = max(worst_abs, mabs), max(worst_rel, mrel)
                     entry.update(max_abs_error=mabs, max_rel_error=mrel)
+                    if odd:
+                        entry["nonfinite"] = odd
                     if _close(a, e, tolerances_for(e, rtol, atol)):
                         continue  # assert_close, run whole, is what says how a mismatch looks
                 torch.testing.assert_close(a, e, equal_nan=True, **tolerances_for(
@@ -232,7 +241,10 @@ def compare_trees(actual: Any, expected: Any, *, rtol: float | None = None, atol
         for err in errors:
             head = f"{err['path']}: "
             if "max_abs_error" in err:
-                head += f"max abs error {err['max_abs_error']:.3g}, max rel error {err['max_rel_error']:.3g}: "
+                head += f"max abs error {err['max_abs_error']:.3g}, max rel error {err['max_rel_error']:.3g}"
+                if err.get("nonfinite"):
+                    head += f" ({err['nonfinite']} element{'s' * (err['nonfinite'] != 1)} NaN or infinite on one side)"
+                head += ": "
             lines.append(head + err["message"].replace("\n", "\n    "))
         raise Mismatch("\n".join(lines), errors)
     return {"max_abs_error": worst_abs, "max_rel_error": worst_rel}

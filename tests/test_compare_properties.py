@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from unittest import mock
 
 import pytest
@@ -97,3 +98,16 @@ def test_slice_by_slice_the_verdict_and_the_errors_are_those_of_the_whole(pair, 
         assert isinstance(sliced, dict)
     except AssertionError:
         assert isinstance(sliced, tuple)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_nan_or_infinity_against_a_number_is_an_infinite_error_never_zero(bad):
+    # issue #44: a NaN against a number was reported as "max abs error 0, max rel error 0"
+    with pytest.raises(Mismatch) as info:
+        compare_trees(torch.tensor([1.0, bad, 3.0]), torch.tensor([1.0, 2.0, 3.0]))
+    (err,) = info.value.errors
+    assert err["max_abs_error"] == math.inf and err["max_rel_error"] == math.inf and err["nonfinite"] == 1, err
+    assert "max abs error inf, max rel error inf (1 element NaN or infinite on one side)" in str(info.value)
+    # the same NaN or infinity on both sides is no error
+    assert compare_trees(torch.tensor([bad, 2.0]), torch.tensor([bad, 2.0])) == {"max_abs_error": 0.0,
+                                                                                "max_rel_error": 0.0}
