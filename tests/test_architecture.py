@@ -32,7 +32,7 @@ LAYERS: list[list[str]] = [
     ["probes.kernels"],
     # plain helpers and torch glue with no package imports; what a probe costs; the model's frames of a failure;
     # the repro script's text
-    ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.cost", "probes.solver", "explain.frames",
+    ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.cost", "probes.solver", "declare.blob", "explain.frames",
      "explain.guardsource", "repro.script", "repro.checks"],
     # the vocabulary: options and keywords, the result model, a run's scope and its verdicts, draft-export diagnosis
     # the program's guards decided over a declared box, and the narrowings they accept; a fix that keeps the promise

@@ -256,3 +256,21 @@ def test_module_unchanged_after_all_stages(training, tmp_path):
     for k in before:
         assert torch.equal(before[k], after[k]), k
     assert torch.equal(x, x_before)
+
+
+def test_a_malformed_reproduce_blob_is_a_usage_error_naming_the_keyword():
+    # issue #44: it was "the harness crashed (please report it)"
+    import torch
+
+    import pytest_export
+    from pytest_export.declare.options import UsageError
+
+    with pytest.raises(UsageError) as info:
+        pytest_export.check(torch.nn.Linear(2, 2), (torch.randn(3, 2),), name="t.py::test_blob", reproduce="!!!")
+    text = str(info.value)
+    assert "t.py::test_blob" in text and "reproduce" in text and "replay: add reproduce=" in text, text
+    # a blob fuzz printed, whole line or alone, is accepted
+    from pytest_export.declare.options import validate_keywords
+
+    for good in ("AEEAQSU=", "@reproduce_failure('6.1', b'AEEAQSU=')"):
+        assert validate_keywords("t.py::test_blob", (), {"reproduce": good})["reproduce"] == good

@@ -11,6 +11,7 @@ import difflib
 from typing import Any, Callable
 
 from ..util import comma_list, condition_holds, condition_problem
+from .blob import is_blob
 
 STAGES = ("export", "compare", "serde", "decomp", "guards", "fuzz", "retrace", "unflatten", "cuda", "aoti",
           "onnx", "executorch")
@@ -164,10 +165,6 @@ def _is_callable(v: Any) -> str | None:
     return None if v is None or callable(v) else "must be a callable or None"
 
 
-def _is_str_or_none(v: Any) -> str | None:
-    return None if v is None or isinstance(v, str) else "must be a string or None"
-
-
 def _is_fqns(v: Any) -> str | None:
     if isinstance(v, str):
         return "must be a tuple of submodule names, e.g. (\"encoder.layer1\",), not a bare string"
@@ -223,7 +220,7 @@ KEYWORDS: dict[str, Keyword] = {
         Keyword("allow_static", _is_bool, "bool", False,
                 "accept that export made a Dim.AUTO axis static (otherwise `guards` fails)"),
         Keyword("seed", _is_seed, "int | None", None, "Hypothesis seed for this case's fuzzing (replay a failure)"),
-        Keyword("reproduce", _is_str_or_none, "str | None", None,
+        Keyword("reproduce", is_blob, "str | None", None,
                 "a reproduce blob printed by a failed `fuzz` stage; replays that exact example first"),
         Keyword("timeout", _is_tolerance, "float seconds > 0 | None", None,
                 "time limit for this case's stages (default: --export-timeout)"),

@@ -15,23 +15,17 @@ import time
 from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
+from ..declare.blob import BLOB, parse_blob
 from ..probes.choose import (REFUSED_IN_RANGE, UNCHECKED, WRONG_IN_RANGE, in_range_problem, outside_promise,
                              mark_refusal, plan_for, run_program, sized)
 from ..probes.strategies import BuilderError, assignments, boundary_assignments, shapes_of
 from ..timeout import checkpoint
 from ..util import describe_exception, plural
 
-_BLOB = re.compile(r"reproduce_failure\(\s*'[^']*'\s*,\s*b'([^']+)'\s*\)")
 
 
 class FuzzFailure(AssertionError):
     pass
-
-
-def parse_blob(text: str) -> bytes:
-    """The marker's ``reproduce=``: the blob alone, or the whole ``@reproduce_failure(...)`` line."""
-    m = _BLOB.search(text)
-    return (m.group(1) if m else text.strip().strip("b'\"")).encode()
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -235,7 +229,7 @@ def _ranges(model: Any) -> str:
 def _report(ctx: Context, state: dict[str, Any], exc: BaseException, boundary: bool = False) -> StageFailure:
     found = state["failure"] or {"error": str(exc)}
     notes = "\n".join(getattr(exc, "__notes__", []) or [])
-    m = _BLOB.search(notes)
+    m = BLOB.search(notes)
     blob = m.group(1) if m else None
     found = dict(found)
     found["reproduce"] = blob
