@@ -15,14 +15,6 @@ from .sizing import (ACCEPTED, FAKE, NUMERIC, RAISED, REFUSED, UNCHECKED, Sized,
                      plan_edges, plan_for, run_eager, run_program)
 from .strategies import build_inputs
 
-def has_small_size(ctx: Context, model: Any, values: dict[str, int]) -> bool:
-    """Whether a size assignment puts a declared-dynamic axis at 0 or 1 (where export's 0/1 specialization bites,
-    and where many eager ops give up too)."""
-    sizes = model.sizes(values)
-    return any(not isinstance(model.shapes[flat][dim], int) and size <= 1
-               for flat, axes in sizes.items() for dim, size in axes.items() if dim is not None)
-
-
 def outside_promise(model: Any, values: dict[str, int]) -> bool:
     """Whether a size assignment puts a declared-dynamic axis at 0 or 1 outside what the declaration promises (a
     bare AUTO/DYNAMIC, or below a declared minimum): only there is an eager error excused as no fault of the
@@ -383,6 +375,6 @@ def deployment_sizes(ctx: Context, largest_first: bool = False) -> tuple[list[tu
 __all__ = ["ACCEPTED", "REFUSED", "RAISED", "UNCHECKED", "Verdict", "Sized", "Probe", "plan_for", "plan_edges", "sized",
            "spread",
            "largest_numeric", "fake_limit", "run_program", "run_eager", "mismatch",
-           "has_small_size", "outside_promise", "describe_values", "in_range_problem", "blame", "Problem", "REFUSED_IN_RANGE", "WRONG_IN_RANGE",
+           "outside_promise", "describe_values", "in_range_problem", "blame", "Problem", "REFUSED_IN_RANGE", "WRONG_IN_RANGE",
            "EAGER_RAISED_IN_RANGE", "in_range_probes", "out_of_range_probes", "probe_inputs",
            "in_range_inputs", "out_of_range_inputs", "deployment_sizes"]

@@ -24,9 +24,6 @@ class Narrowing:
     kept: int = 0  # sizes of this dim it keeps
     lost: int = 0  # points of the declared box it gives up
 
-    def sizes(self) -> list[int]:
-        return [x for x in range(self.lo, self.hi + 1) if x % self.step == self.offset % self.step]
-
 
 MAX_STEP = 64  # the largest multiple a derived-dim fix is looked for with
 

@@ -14,7 +14,6 @@ No pytest; torch only through the program's own records.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any
 
 from ..explain.guardsource import record_of, substituted
@@ -46,7 +45,6 @@ class Proof:
 
     solution: Solution
     names: dict[str, str]  # symbol -> the declared name(s) people read
-    seconds: float = 0.0
     limits: list[Guard] = dataclasses.field(default_factory=list)  # guards on dims that promise no range
 
     @property
@@ -145,7 +143,6 @@ def prove(ep: Any, model: Any) -> Proof | None:
 def _prove(ep: Any, model: Any) -> Proof | None:
     import sympy
 
-    t0 = time.perf_counter()
     rec_guards = program_guards(ep, model.symbols)
     if rec_guards is None:
         return None
@@ -172,7 +169,7 @@ def _prove(ep: Any, model: Any) -> Proof | None:
                 guards.append(_guard(sympy.And(*kept) if len(kept) > 1 else kept[0], shown, RANGE_SOURCE))
     box = {v.symbol: (v.lo, v.hi) for v in model.vars if v.promised}
     sol = solve(guards, box)
-    return Proof(sol, names, time.perf_counter() - t0, limits)
+    return Proof(sol, names, limits)
 
 
 def _labels(ep: Any, syms: dict[str, Any]) -> dict[str, str]:
@@ -216,13 +213,12 @@ def prove_program(ep: Any, box: dict[str, tuple[int, int]] | None = None) -> Pro
                 if hi is None:
                     return None  # an unbounded range has no whole box to decide over
                 box[name] = (max(lo or 0, 0), hi)
-        t0 = time.perf_counter()
         labels = _labels(ep, syms)
         guards = program_guards(ep, syms, {s: sympy.Symbol(labels[n], integer=True) for n, s in syms.items()})
         if guards is None:
             return None
         sol = solve(guards, box)
-        return Proof(sol, labels, time.perf_counter() - t0)
+        return Proof(sol, labels)
     except Exception:  # noqa: BLE001 - torch-internal records
         return None
 
