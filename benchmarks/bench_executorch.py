@@ -6,6 +6,11 @@ dynamic batch in [2, 32], run with ``executorch=True`` (the XNNPACK partitioner)
 ``to_executorch``, loading it in ExecuTorch's runtime, the example and the sizes `guards` and `fuzz` ran numeric)
 are timed by the runner in one run, side by side. A first run, not counted, pays executorch's imports and XNNPACK's
 set-up (reported apart). Needs executorch (the ``[executorch]`` extra).
+
+Memory, side by side in one run, each in a fresh interpreter (its peak resident memory read with ``wait4``): an
+attention case declared to t=16384 (its ExecuTorch plan at that max: ~2.1 GB) checked with
+``--export-max-memory 256MB``, with the stage (``portable``) and without it. The stage's peak beside the case's
+without it is what the runtime adds; it must stay under the cap.
 """
 
 from __future__ import annotations
@@ -54,9 +59,50 @@ def measure(repeats: int = 3) -> dict | None:
     ratios = {n: m[1] / m[0] for n, m in med.items()}
     lo, hi = min(ratios, key=ratios.get), max(ratios, key=ratios.get)
     odd = {n: s for n, s in status.items() if s != "passed"}
+    mem = peak_memory()
     return {"name": "executorch", "a": stage_s, "b": export_s, "ratio": stage_s / export_s,
             "text": f"executorch stage {stage_s:.2f} s vs export {export_s:.2f} s over {len(med)} models: "
                     f"{stage_s / export_s:.2f}x (per model {ratios[lo]:.2f}x ({lo}) to {ratios[hi]:.2f}x ({hi}); "
                     f"lowering {lower_s:.2f} s, runtime {run_s:.2f} s; median of {repeats}; "
                     f"the first lowering of a process costs {first_s - med[cases[0][0]][1]:.1f} s more: imports, "
-                    "XNNPACK's set-up)" + "".join(f"; {n} {v}" for n, v in odd.items())}
+                    "XNNPACK's set-up)" + "".join(f"; {n} {v}" for n, v in odd.items()) + f"; {mem}"}
+
+
+ATTENTION = """
+import os, sys, torch, warnings
+warnings.filterwarnings("ignore")
+from torch.export import Dim
+import pytest_export
+from pytest_export.declare.options import SessionOptions
+
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(16, 16) for _ in range(3))
+
+    def forward(self, x):
+        return (self.q(x) @ self.k(x).transpose(-1, -2)).softmax(-1) @ self.v(x)
+
+torch.manual_seed(0)
+session = SessionOptions(check=True, examples=10, skip_stages=("serde", "decomp", "retrace"))
+res = pytest_export.check(Attention().eval(), (torch.randn(1, 32, 16),), dynamic_shapes={"x": {1: Dim("t", min=2, max=16384)}},
+                          executorch="portable" if sys.argv[1] == "stage" else False, max_memory="256MB", session=session)
+st = res.stages.get("executorch")
+print((st.status + " " + str(st.data.get("memory"))) if st else res.verdict)
+"""
+
+
+def peak_memory() -> str:
+    """The attention case's peak resident memory with the executorch stage and without it, each in its own process."""
+    import os
+    import subprocess
+    import sys
+
+    peaks, said = {}, {}
+    for side in ("stage", "none"):
+        proc = subprocess.Popen([sys.executable, "-c", ATTENTION, side], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True)
+        said[side] = (proc.stdout.read().strip().splitlines() or ["?"])[-1]
+        peaks[side] = os.wait4(proc.pid, 0)[2].ru_maxrss * 1024
+    return (f"attention to t=16384 under --export-max-memory 256MB: peak RSS {peaks['stage'] / 1e9:.2f} GB with the stage, "
+            f"{peaks['none'] / 1e9:.2f} GB without (+{(peaks['stage'] - peaks['none']) / 1e6:.0f} MB; {said['stage']})")

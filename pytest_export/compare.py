@@ -248,3 +248,31 @@ def compare_trees(actual: Any, expected: Any, *, rtol: float | None = None, atol
             lines.append(head + err["message"].replace("\n", "\n    "))
         raise Mismatch("\n".join(lines), errors)
     return {"max_abs_error": worst_abs, "max_rel_error": worst_rel}
+
+
+def compare_leaves(actual: Any, expected: Any, tolerance: Any, root: str = "output") -> dict[str, float]:
+    """Leaf by leaf, each at ``tolerance(leaf)`` -> ``(rtol, atol)`` (None keeps torch.testing's for that one):
+    tolerances by dtype, as a device or a runtime whose kernels sum in another order needs. Mismatch lists every
+    bad leaf with the tolerance it was held to; else the max abs/rel errors."""
+    g_leaves, g_spec = pytree.tree_flatten_with_path(actual)
+    w_leaves, w_spec = pytree.tree_flatten_with_path(expected)
+    if not same_structure(g_spec, w_spec):
+        compare_trees(actual, expected, root=root)  # raises the structure mismatch
+    worst = {"max_abs_error": 0.0, "max_rel_error": 0.0}
+    errors: list[dict[str, Any]] = []
+    messages: list[str] = []
+    for (path, g), (_, w) in zip(g_leaves, w_leaves):
+        r, a = tolerance(w)
+        try:
+            errs = compare_trees(g, w, rtol=r, atol=a, root=root + pytree.keystr(path))
+            worst = {k: max(worst[k], errs[k]) for k in worst}
+        except Mismatch as exc:
+            errors += exc.errors
+            if isinstance(w, torch.Tensor):
+                r, a = tolerances_for(w, r, a).values() if r is not None or a is not None else default_tolerances(w)
+                messages.append(f"{exc} (rtol={r:.3g}, atol={a:.3g})")
+            else:
+                messages.append(str(exc))
+    if errors:
+        raise Mismatch("\n".join(messages), errors)
+    return worst

@@ -146,12 +146,19 @@ class CaseResult:
             lines.append(str(cov["guards"]["line"]))
         if cov.get("fake_problem"):
             lines.append(f"fake tensors cannot run this model ({cov['fake_problem']}): numerics only")
+        for name in RUNTIME_STAGES:  # a deployment runtime run short of the sizes numerics reached (its memory plan)
+            st = self.stages.get(name)
+            if st is not None and isinstance(st.data.get("coverage"), str):
+                lines.append(f"{name}: {st.data['coverage']}")
         return lines
 
     def raise_for_failure(self) -> "CaseResult":
         if self.failed:
             raise ExportCheckFailure(self)
         return self
+
+
+RUNTIME_STAGES = ("onnx", "executorch")
 
 
 def shapes_table(rows: list[dict[str, Any]]) -> str:

@@ -109,8 +109,17 @@ def trim_heap() -> bool:
 
 
 def describe_exception(exc: BaseException, limit: int = 4000) -> str:
-    text = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}".replace("builtins.", "")
-    text = text.strip()
+    """``module.Type: message``; an exception without a message (a bare ``assert``) says so, and where it was
+    raised, so that a finding never reads ``AssertionError:`` alone."""
+    said = str(exc).strip()
+    if not said:
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = f"; raised at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno} in {tb.tb_frame.f_code.co_name}" \
+            if tb is not None else ""
+        said = f"(no message{where})"
+    text = f"{type(exc).__module__}.{type(exc).__qualname__}: {said}".replace("builtins.", "")
     if len(text) > limit:
         text = text[: limit - 20] + "\n... (truncated)"
     return text

@@ -28,8 +28,8 @@ SUBPACKAGES = ["declare", "gate", "probes", "explain", "report", "repro"]  # ``s
 LAYERS: list[list[str]] = [
     # the subpackages' __init__: a docstring each, no imports
     SUBPACKAGES,
-    # what fused kernels cost beyond the tensors they return (read by probes.cost's tally)
-    ["probes.kernels"],
+    # what fused kernels cost beyond the tensors they return (read by probes.cost's tally); option values parsed
+    ["probes.kernels", "declare.values"],
     # plain helpers and torch glue with no package imports; what a probe costs; the model's frames of a failure;
     # the repro script's text
     ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.cost", "probes.solver", "declare.blob", "explain.frames",
@@ -50,7 +50,8 @@ LAYERS: list[list[str]] = [
     ["probes.sizing"],
     ["probes.choose"],
     # the declaration a failing program really accepts, checked before it is offered; a runtime against eager
-    ["explain.fixes", "runtimes"],
+    # ExecuTorch's lowering read for findings; a runtime's memory plan held to the cap
+    ["explain.fixes", "runtimes", "lowering", "runtime_memory"],
     # the stages, one module each, and their registry
     STAGE_MODULES,
     ["stages"],

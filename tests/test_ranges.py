@@ -19,7 +19,8 @@ from torch.export import Dim
 
 import pytest_export
 from pytest_export.probes import cost
-from pytest_export.probes.cost import coverage_line, parse_memory
+from pytest_export.declare.values import parse_memory
+from pytest_export.probes.cost import coverage_line
 
 
 class Attention(torch.nn.Module):

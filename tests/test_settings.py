@@ -15,7 +15,7 @@ NAMES = ("export_check", "export_tags", "export_report", "export_core_aten", "ex
          "export_max_memory", "export_require_numerics", "export_baseline",
          "export_baseline_update", "export_baseline_warn_stale", "export_coverage", "export_summary_md",
          "export_no_diagnose", "export_diagnose", "export_summary", "export_repro", "export_onnx", "export_executorch",
-         "export_executorch_backends")
+         "export_executorch_backends", "export_runtime_tolerance")
 
 
 class Config:

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from ..util import comma_list, condition_holds, condition_problem
 from .blob import is_blob
+from .values import parse_memory, parse_runtime_tolerance, runtime_tolerance_problem
 
 STAGES = ("export", "compare", "serde", "decomp", "guards", "fuzz", "retrace", "unflatten", "cuda", "aoti",
           "onnx", "executorch")
@@ -152,8 +153,6 @@ def _is_positive_int(v: Any) -> str | None:
 
 
 def _is_memory(v: Any) -> str | None:
-    from ..probes.cost import parse_memory
-
     try:
         parse_memory(v, "max_memory")
     except ValueError:
@@ -250,6 +249,9 @@ KEYWORDS: dict[str, Keyword] = {
                 "bool | 'xnnpack' | 'portable' | list[str] | None", None,
                 "run the `executorch` stage (the program lowered with ExecuTorch, run in its runtime) for this case; "
                 "a backend list also chooses its partitioners (default: --export-executorch, --export-executorch-backends)"),
+        Keyword("runtime_tolerance", runtime_tolerance_problem, "dict {runtime: (rtol, atol)} | None", None,
+                "tolerances of the `executorch` and `onnx` stages alone (default: --export-runtime-tolerance, else "
+                "by dtype, allowing for kernel libraries' reduction order)"),
         Keyword("train", _is_bool, "bool", False,
                 "the module is exported in training mode on purpose (dropout, batch-norm statistics): no warning"),
         Keyword("grad", _is_bool, "bool", False, "run eager and the programs with autograd on (default: under "
@@ -284,6 +286,7 @@ class SessionOptions:
     aoti: bool = False
     executorch: bool = False
     executorch_backends: tuple[str, ...] = ("xnnpack",)  # --export-executorch-backends
+    runtime_tolerance: dict[str, tuple] = dataclasses.field(default_factory=dict)  # --export-runtime-tolerance
     require_numerics: bool = False  # --export-require-numerics
     modes: tuple[str, ...] | None = None  # --export-modes; None: the marker's `strict` decides
     devices: tuple[str, ...] | None = None  # --export-devices; None: cpu, plus cuda where available
@@ -316,6 +319,7 @@ class CaseOptions:
     onnx: bool = False
     executorch: bool = False
     executorch_backends: tuple[str, ...] = ("xnnpack",)  # partitioners in order; ("portable",): none
+    runtime_tolerance: dict[str, tuple] = dataclasses.field(default_factory=dict)  # runtime -> (rtol, atol)
     train: bool = False  # exported in training mode on purpose (no training-mode warning)
     grad: bool = False  # forward calls with autograd on (default: under torch.no_grad(); issue #31)
     require_numerics: bool = False  # numerics short of a declared max is an `error` (issue #31)
@@ -369,7 +373,8 @@ def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
                        budget_auto=session.budget == "auto", max_memory=session.max_memory,
                        diagnose=session.diagnose and session.diagnose_when != "never", aoti=session.aoti,
                        onnx=session.onnx, executorch=session.executorch,
-                       executorch_backends=session.executorch_backends, require_numerics=session.require_numerics,
+                       executorch_backends=session.executorch_backends,
+                       runtime_tolerance=dict(session.runtime_tolerance), require_numerics=session.require_numerics,
                        skip_stages=tuple(session.skip_stages))
     for key, value in kwargs.items():
         if key == "tags":
@@ -384,9 +389,9 @@ def merge(session: SessionOptions, kwargs: dict[str, Any]) -> CaseOptions:
                      "require_numerics") and value is None:
             continue
         elif key == "max_memory":
-            from ..probes.cost import parse_memory
-
             value = parse_memory(value, "max_memory")
+        elif key == "runtime_tolerance":
+            value = {**opts.runtime_tolerance, **parse_runtime_tolerance(value)}
         elif key == "budget":
             value = value or None  # budget=0: no limit
             opts.budget_auto = False

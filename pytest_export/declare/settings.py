@@ -97,9 +97,15 @@ def _budget(value: Any, flag: str) -> float | str | None:
 
 
 def _memory(value: Any, flag: str) -> int | None:
-    from ..probes.cost import parse_memory
+    from .values import parse_memory
 
     return parse_memory(value, flag)
+
+
+def _runtime_tolerance(value: Any, flag: str) -> dict[str, tuple]:
+    from .values import parse_runtime_tolerance
+
+    return parse_runtime_tolerance(value, flag)
 
 
 def _choice(choices: tuple[str, ...], default: str) -> Callable[[Any, str], str]:
@@ -216,6 +222,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("export_executorch_backends", "the executorch stage's backends, whose partitioners take the operators "
             "they can in this order: xnnpack, or portable alone for none (default: xnnpack)", _backends,
             "executorch_backends", kind="list", metavar="BACKEND[,BACKEND]"),
+    Setting("export_runtime_tolerance", "tolerances of a deployment runtime's stage alone, RUNTIME:RTOL:ATOL (runtimes: "
+            "executorch, onnx; e.g. executorch:1e-4:1e-5; default: by dtype, allowing for kernel libraries' "
+            "reduction order; a marker's rtol/atol apply where this is not given)", _runtime_tolerance,
+            "runtime_tolerance", kind="list", metavar="RUNTIME:RTOL:ATOL"),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import time
 from typing import Any
 
@@ -39,30 +38,6 @@ PROBE_BUDGET_SHARE = 0.25
 EDGE_BUDGET_FACTOR, EDGE_BUDGET_CAP = 1.25, 300.0
 # a numeric probe that runs this many times longer than predicted (and at least PROBE_TIMEOUT_FLOOR s) is stopped
 PROBE_TIMEOUT_FACTOR, PROBE_TIMEOUT_FLOOR = 20.0, 10.0
-
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def parse_memory(value: Any, where: str = "--export-max-memory") -> int | None:
-    """``"6GB"``, ``"512MiB"``, ``"2.5g"``, or a number of bytes -> bytes; None for no value. ValueError says
-    what is accepted."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool):
-        raise ValueError(f"{where} must be a size such as 4GB, 512MiB or a number of bytes, got {value!r}")
-    if isinstance(value, (int, float)):
-        number, unit = float(value), ""
-    else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
-        if not m or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"{where} must be a size such as 4GB, 512MiB or a number of bytes, got {value!r}")
-        number, unit = float(m.group(1)), m.group(2).lower()
-    size = int(number * _UNITS[unit])
-    if size <= 0:
-        raise ValueError(f"{where} must be a positive size such as 4GB, got {value!r}")
-    return size
-
 
 def machine_memory() -> int | None:
     """Physical memory of this machine in bytes, or None where it cannot be read."""
@@ -389,5 +364,5 @@ def coverage_line(row: dict[str, Any]) -> str:
     return text
 
 
-__all__ = ["FAKE", "NUMERIC", "Costs", "Plan", "Measure", "counted", "tally_mode", "input_bytes", "parse_memory",
+__all__ = ["FAKE", "NUMERIC", "Costs", "Plan", "Measure", "counted", "tally_mode", "input_bytes",
            "default_max_memory", "machine_memory", "format_bytes", "coverage_line", "short_of_max", "short_text"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..compare import Mismatch, compare_trees, same_structure
+from ..compare import Mismatch, compare_leaves
 from ..context import Context, Stage, StageFailure
 from ..observe import Observation, clone_inputs, observe, random_note, without_random
 from ..ops import random_outputs
@@ -46,7 +46,6 @@ def compare_across_devices(device_obs: Observation, cpu_obs: Observation, rtol: 
                            atol: float | None) -> dict[str, float]:
     """Leaf by leaf, each at its dtype's cross-device tolerance (or the case's rtol/atol); Mismatch lists them all."""
     import torch
-    import torch.utils._pytree as pytree
 
     worst = {"max_abs_error": 0.0, "max_rel_error": 0.0}
     errors: list[dict[str, Any]] = []
@@ -57,25 +56,21 @@ def compare_across_devices(device_obs: Observation, cpu_obs: Observation, rtol: 
         ("input (after forward)", device_obs.inputs, cpu_obs.inputs),
         ("buffer (after forward)", {n: device_obs.buffers[n] for n in common}, {n: cpu_obs.buffers[n] for n in common}),
     ]
+
+    def tolerance(w: Any) -> tuple[float | None, float | None]:
+        if not isinstance(w, torch.Tensor):
+            return rtol, atol
+        # the case's rtol / atol replace the table's, each on its own (one given keeps the other's default)
+        r, a = tolerance_for(w.dtype)
+        return (r if rtol is None else rtol), (a if atol is None else atol)
+
     for root, got, want in pairs:
-        got, want = to_cpu(got), to_cpu(want)
-        g_leaves, g_spec = pytree.tree_flatten_with_path(got)
-        w_leaves, w_spec = pytree.tree_flatten_with_path(want)
-        if not same_structure(g_spec, w_spec):
-            compare_trees(got, want, root=root)  # raises the structure mismatch
-        for (path, g), (_, w) in zip(g_leaves, w_leaves):
-            if isinstance(w, torch.Tensor):
-                # the case's rtol / atol replace the table's, each on its own (one given keeps the other's default)
-                r, a = tolerance_for(w.dtype)
-                r, a = (r if rtol is None else rtol), (a if atol is None else atol)
-            else:
-                r, a = rtol, atol
-            try:
-                errs = compare_trees(g, w, rtol=r, atol=a, root=root + pytree.keystr(path))
-                worst = {k: max(worst[k], errs[k]) for k in worst}
-            except Mismatch as exc:
-                errors += exc.errors
-                messages.append(f"{exc} (rtol={r}, atol={a})")
+        try:
+            errs = compare_leaves(to_cpu(got), to_cpu(want), tolerance, root=root)
+            worst = {k: max(worst[k], errs[k]) for k in worst}
+        except Mismatch as exc:
+            errors += exc.errors
+            messages.append(str(exc))
     if errors:
         raise Mismatch("\n".join(messages), errors)
     return worst

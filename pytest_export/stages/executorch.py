@@ -6,15 +6,19 @@ itself (no second ``torch.export``) with the partitioners of the case's backends
 or the marker's ``executorch=["xnnpack"]``; XNNPACK by default, ``portable`` for none: the portable kernels run
 every operator), timed; the ``.pte`` goes to ``<workdir>/executorch/model.pte``. ExecuTorch's runtime then runs it:
 
-- on the example inputs, against eager (the exported program where ``compare`` failed), with the case's tolerances
-  (values fed by random ops are held to their shape and dtype only where they differ);
+- planned first (``runtime_memory``): at the declared bounds where the plan and the delegates' copy of the weights
+  fit ``max_memory``, else at the largest sizes that do (the sizes above are not run: ``coverage``, ``not_run``);
+- on the example inputs, against eager (the exported program where ``compare`` failed), with the runtime's
+  tolerances (``runtimes.RUNTIME_TOLERANCES``; values fed by random ops are held to their shape and dtype only where
+  they differ), a freshly loaded program per call where the program writes a buffer (eager's is reset per call);
 - at the sizes ``guards`` probed and ``fuzz`` drew with real tensors, each dim's largest first: a dynamic dim is an
   upper-bounded memory plan, planned at the dim's declared max (at the example's size where it has none), so a
   size the runtime refuses inside the declared range fails (``refused-in-range``, with the runtime's reason);
 - at the out-of-range sizes the program refused: the runtime has no lower bounds, so a size it accepts is recorded
   (``accepted_out_of_range``), not failed; one it refuses counts as ``refused``.
 
-A lowering failure names the operator and the partitioners that left it to the portable kernels. Without the
+A lowering failure names the operator and the partitioners that left it to the portable kernels; a failure says
+what the other backend does with the same inputs (``lowering.other_backend``). Without the
 ``[executorch]`` extra the stage is skipped with the install line. The size checks end when they have spent a
 quarter of the case's budget, as ``onnx``'s do. Run it with ``--export-executorch`` or ``executorch=True``.
 """
@@ -24,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
-import operator
 import os
 import re
 import sys
@@ -35,14 +38,15 @@ from typing import Any, Iterator
 from ..context import Context, Stage, StageFailure, StageSkip
 from ..observe import Observation
 from ..probes.cost import format_bytes
+from ..compare import Mismatch, compare_leaves
+from ..lowering import (left_by, lowering_failure, missing_kernels, mutates_state, op_counts, other_backend,
+                        other_backends, partitioners)
 from ..results import HarnessError
-from ..runtimes import EXAMPLE, RuntimeChecks, out_of_time
+from ..runtime_memory import Fit, capped_shape_pass, choose, executorch_plan_bytes
+from ..runtimes import EXAMPLE, RuntimeChecks, out_of_time, runtime_tolerance
 from ..util import describe_exception, plural
 
 INSTALL = 'pip install "pytest-export[executorch]"'
-PARTITIONERS = {"xnnpack": ("executorch.backends.xnnpack.partition.xnnpack_partitioner", "XnnpackPartitioner", "XNNPACK")}
-_NOT_CORE = re.compile(r"Operator torch\._ops\.([\w.]+) is not in Core ATen opset")
-_NO_OUT = re.compile(r"Missing out variants: \{([^}]*)\}")
 _REASON = re.compile(r"\[(?!cpuinfo)[\w.]+:\d+\] ([^\n]+)")  # the runtime's first log line, not cpuinfo's
 
 
@@ -53,99 +57,55 @@ def run(ctx: Context) -> dict[str, Any]:
         importlib.import_module("executorch")  # first: a missing package is one line, whatever was loaded before
         exir = importlib.import_module("executorch.exir")
         runtime = importlib.import_module("executorch.runtime").Runtime.get()
-        partitioners = [getattr(importlib.import_module(PARTITIONERS[b][0]), PARTITIONERS[b][1])()
-                        for b in backends if b in PARTITIONERS]
+        chosen = partitioners(backends)
     except ImportError as exc:
         raise StageSkip(f"the executorch stage needs executorch, which is not installed ({exc}): {INSTALL}")
     data: dict[str, Any] = {"backends": list(backends), "import_s": round(time.perf_counter() - t0, 3)}
-    program = _lower(ctx, exir, partitioners, backends, data)
-    missing = _missing_kernels(program, runtime)
-    if missing:
-        raise StageFailure(f"the ExecuTorch runtime has no kernel for {', '.join(f'`{m}`' for m in missing)}: "
-                           f"{_left_by(backends, 'them' if len(missing) > 1 else 'it')}", kind="unsupported-op",
-                           unsupported_op=missing[0], **data)
-    t0 = time.perf_counter()
-    method, error = None, None
-    with _native_stderr() as said:
-        try:
-            method = runtime.load_program(program.buffer).load_method("forward")
-        except Exception as exc:  # noqa: BLE001 - what the runtime cannot load is the finding
-            error = exc
-    if error is not None:
-        raise StageFailure(f"the ExecuTorch runtime could not load the program: {describe_exception(error, 600)}"
-                           f"{_reason(said)}", kind="load", **data)
-    data["load_s"] = round(time.perf_counter() - t0, 3)
-    return _Checks(ctx, method, data).run()
+    try:
+        edge = _lower(ctx, exir, chosen, backends, data)
+    except StageFailure as exc:
+        def attempt(edge: Any) -> str | None:
+            missing = missing_kernels(_plan(edge, exir, None, backends, {}), runtime)
+            return f"the runtime has no kernel for {', '.join(missing)}" if missing else None
+
+        raise _told(exc, *other_backend(ctx.ep, backends, attempt, "it lowers"))
+    return _Checks(ctx, edge, exir, runtime, data).run()
 
 
-def _left_by(backends: tuple[str, ...], what: str = "it") -> str:
-    """Who left an operator to the portable kernels: the partitioners asked for, or none (``portable``)."""
-    names = [PARTITIONERS[b][2] for b in backends if b in PARTITIONERS]
-    if not names:
-        return f"no partitioner was asked for (backends: portable), so {what} went to the portable kernels"
-    return f"the {' and '.join(names)} partitioner{'s' if len(names) > 1 else ''} left {what} to the portable kernels"
+def _told(exc: StageFailure, text: str, record: dict[str, Any]) -> StageFailure:
+    """``exc`` with the other backend's verdict added to its message and its data."""
+    return StageFailure(str(exc) + text, kind=exc.kind, **{**exc.data, "other_backend": record})
 
 
 def _lower(ctx: Context, exir: Any, partitioners: list[Any], backends: tuple[str, ...], data: dict[str, Any]) -> Any:
+    """The program lowered to ExecuTorch's edge dialect with the backends' partitioners (planned later, at the
+    bounds that fit the memory cap: ``_Checks.fit``)."""
     t0 = time.perf_counter()
     try:
         edge = exir.to_edge_transform_and_lower(ctx.ep, partitioner=partitioners)
-        data.update(_op_counts(edge.exported_program().graph_module))
-        program = edge.to_executorch()
+        data.update(op_counts(edge.exported_program().graph_module))
     except Exception as exc:  # noqa: BLE001 - what ExecuTorch cannot lower is the finding
         data["lower_s"] = round(time.perf_counter() - t0, 3)
         raise lowering_failure(exc, backends, data)
     data["lower_s"] = round(time.perf_counter() - t0, 3)
-    out = ctx.workdir / "executorch"
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "model.pte"
-    path.write_bytes(program.buffer)
-    data.update(pte_bytes=os.path.getsize(path), pte_path=str(path))
-    return program
+    return edge
 
 
-def lowering_failure(exc: BaseException, backends: tuple[str, ...], data: dict[str, Any]) -> StageFailure:
-    """ExecuTorch's error as a finding: the operator it could not lower, and who left it to the portable kernels."""
-    text = str(exc)
-    data = {**data, "exception": type(exc).__name__}
-    not_core, no_out = _NOT_CORE.search(text), _NO_OUT.search(text)
-    if not_core:
-        op = not_core.group(1)
-        why = "it is outside the Core ATen opset, which the portable kernels implement"
-    elif no_out:
-        op = no_out.group(1).split(",")[0].strip().strip("'\"")
-        why = "it has no out-variant kernel registered (ExecuTorch runs a custom operator through its out= kernel)"
-    else:
-        return StageFailure(f"ExecuTorch could not lower the exported program: {describe_exception(exc, 1500)}",
-                            kind="lowering", **data)
-    return StageFailure(f"ExecuTorch could not lower the exported program: operator `{op}`: {_left_by(backends)}, "
-                        f"and {why}\nExecuTorch's message: {describe_exception(exc, 600)}",
-                        kind="unsupported-op", unsupported_op=op, **data)
+def _plan(edge: Any, exir: Any, bounds: dict[str, int] | None, backends: tuple[str, ...], data: dict[str, Any]) -> Any:
+    """``edge`` planned and emitted as an ExecuTorch program, each dynamic dim at ``bounds`` (None: the declared
+    ones). A copy of ``edge`` is planned (planning changes the graph), its weights shared, not copied."""
+    import copy
 
-
-def _op_counts(gm: Any) -> dict[str, Any]:
-    """Operators the partitioners took (inside delegate calls) and those left to the portable kernels."""
-    delegated, portable, delegates = 0, {}, 0
-    for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target is operator.getitem:
-            continue
-        if getattr(node.target, "__name__", "") == "executorch_call_delegate":
-            delegates += 1
-            inner = getattr(gm, node.args[0].target).original_module.graph
-            delegated += sum(1 for n in inner.nodes if n.op == "call_function" and n.target is not operator.getitem)
-        else:
-            name = str(getattr(node.target, "__name__", node.target))
-            portable[name] = portable.get(name, 0) + 1
-    return {"delegates": delegates, "delegated_ops": delegated, "portable_ops": sum(portable.values()),
-            "portable_op_names": sorted(portable)}
-
-
-def _missing_kernels(program: Any, runtime: Any) -> list[str]:
-    """Operators of the program without a kernel in the runtime (checked before loading: the runtime only logs them)."""
-    known = set(runtime.operator_registry.operator_names)
-    plan = program.executorch_program.execution_plan
-    names = [f"{o.name}.{o.overload}" if o.overload else o.name for p in plan for o in p.operators]
-    return list(dict.fromkeys(n for n in names if n not in known))
+    ep = edge.exported_program()
+    memo = {id(v): v for v in (*ep.state_dict.values(), *ep.constants.values())}
+    config = exir.ExecutorchBackendConfig(**({} if bounds is None else {"sym_shape_eval_pass": capped_shape_pass(bounds)}))
+    t0 = time.perf_counter()
+    try:
+        return copy.deepcopy(edge, memo).to_executorch(config)
+    except Exception as exc:  # noqa: BLE001 - what ExecuTorch cannot plan or emit is the finding
+        raise lowering_failure(exc, backends, data)
+    finally:
+        data["plan_s"] = round(data.get("plan_s", 0.0) + time.perf_counter() - t0, 3)
 
 
 @contextlib.contextmanager
@@ -177,21 +137,129 @@ class _Checks(RuntimeChecks):
     position: the runtime takes every user input, flattened (constants such as ``use_cache=False`` too), and returns
     the outputs it produces."""
 
+    NAME = "executorch"
     RUNTIME = "the ExecuTorch runtime"
     LARGEST_FIRST = True  # a dynamic dim is an upper-bounded memory plan: its largest size first
 
-    def __init__(self, ctx: Context, method: Any, data: dict[str, Any]):
+    def __init__(self, ctx: Context, edge: Any, exir: Any, runtime: Any, data: dict[str, Any]):
         from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
         super().__init__(ctx, data)
-        self.method, self.run_s = method, 0.0
+        self.edge, self.exir, self.runtime, self.loaded, self.method, self.run_s = edge, exir, runtime, None, None, 0.0
+        self.calls, self.bounds, self.last = 0, None, None
+        self.backends = tuple(data["backends"])
         sig = ctx.ep.graph_signature
         self.fed = [s for s in sig.input_specs if s.kind == InputKind.USER_INPUT]  # constants too (use_cache=False)
         self.produced = [not isinstance(s.arg, ConstantArgument) for s in sig.output_specs
                          if s.kind == OutputKind.USER_OUTPUT]
+        # a program that mutates buffers keeps them across calls in the runtime: each call gets a freshly loaded
+        # program, as eager's buffers are reset before each call (a counter's second call would see 2, not 1)
+        self.stateful = mutates_state(ctx.ep)
+
+    # the memory plan, held to the cap ----------------------------------------------------------------------
+    def need(self, program: Any) -> int:
+        """Bytes the runtime allocates for ``program``: its planned buffers, and the backends' copy of their
+        weights (XNNPACK packs them at load; the portable kernels read them in place from the mapped file)."""
+        return executorch_plan_bytes(program) + int(self.data.get("delegate_bytes", 0))
+
+    def fit(self, inside: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        cap, model = self.ctx.calibration.costs().max_memory, self.model()
+        roots = {v.symbol: str(model.symbols[v.symbol]) for v in model.vars} if model is not None else {}
+        example = {roots[v.symbol]: v.example for v in model.vars} if model is not None else {}
+        largest = {roots[k]: max(p.values[k] for _, p in inside if k in p.values) for k in roots
+                   if any(k in p.values for _, p in inside)}
+        by_root = {roots[v.symbol]: "/".join(v.names) for v in model.vars} if model is not None else {}
+
+        def plan(bounds: dict[str, int] | None) -> tuple[Any, int]:
+            program = _plan(self.edge, self.exir, bounds, self.backends, self.data)
+            return program, self.need(program)
+
+        def described(bounds: dict[str, int]) -> str:
+            return ", ".join(f"{by_root.get(r, r)}={b}" for r, b in bounds.items())
+
+        fit = choose(plan, cap, example, largest, described) if example else None
+        if fit is None and example:
+            raise StageSkip(f"{self.head(self.data)}not run in the ExecuTorch runtime: its memory plan at the "
+                            f"example's sizes needs more than max_memory {format_bytes(cap)}")
+        if fit is None:  # static shapes: one plan
+            program = _plan(self.edge, self.exir, None, self.backends, self.data)
+            fit = Fit(None, self.need(program), program, self.need(program))
+        self.data["memory"] = {"need": fit.need, "declared_need": fit.declared_need, "max_memory": cap,
+                               "bounds": None if fit.bounds is None else
+                               {by_root.get(r, r): b for r, b in fit.bounds.items()}}
+        self.bounds = fit.bounds
+        self.load(fit.program)
+        if fit.bounds is None:
+            return inside
+        kept = [(label, p) for label, p in inside if all(p.values.get(k, 0) <= fit.bounds[r] for k, r in roots.items())]
+        left = [label for label, p in inside if all(p is not q for _, q in kept)]
+        if left:
+            self.data["not_run"] = left
+        self.data["coverage"] = f"run to {described(fit.bounds)} ({fit.why})"
+        return kept
+
+    def run(self) -> dict[str, Any]:
+        try:
+            return super().run()
+        except StageFailure as exc:
+            if exc.kind not in ("mismatch", "raised", "refused-in-range") or self.last is None:
+                raise
+            self.method = self.loaded = None  # the failing program's memory goes before the other's is planned
+            raise _told(exc, *other_backend(self.ctx.ep, self.backends, self.rerun)) from None
+
+    def rerun(self, edge: Any) -> str | None:
+        """The failing inputs (``self.last``) in the program ``edge`` plans, at the same bounds: None where it
+        matches, else what went wrong."""
+        args, kwargs, expected = self.last
+        program = _plan(edge, self.exir, self.bounds, other_backends(self.backends), {})
+        need, cap = executorch_plan_bytes(program), self.ctx.calibration.costs().max_memory
+        if need > cap:
+            return f"not run: its memory plan needs ~{format_bytes(need)} > max_memory {format_bytes(cap)}"
+        self.stateful, self.loaded = False, self.runtime.load_program(program.buffer)
+        self.method = self.loaded.load_method("forward")
+        with _native_stderr() as said:
+            try:
+                got = self.call(args, kwargs, expected)
+                compare_leaves(got, expected, runtime_tolerance(self.NAME, self.ctx.options))
+            except Mismatch as exc:
+                return f"it disagrees with eager: {str(exc).splitlines()[0]}"
+            except HarnessError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - its refusal is its verdict
+                return f"{describe_exception(exc, 300)}{_reason(said)}"
+        return None
+
+    def model(self) -> Any:
+        au = self.ctx.audit() if self.ctx.declaration is not None else None
+        return au.model if au is not None and au.model.vars else None
+
+    def load(self, program: Any) -> None:
+        """Write the ``.pte``, check its operators have kernels, and load it from the file (mapped: its weights
+        are read in place)."""
+        out = self.ctx.workdir / "executorch"
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / "model.pte"
+        path.write_bytes(program.buffer)
+        self.data.update(pte_bytes=os.path.getsize(path), pte_path=str(path))
+        missing = missing_kernels(program, self.runtime)
+        if missing:
+            raise StageFailure(f"the ExecuTorch runtime has no kernel for {', '.join(f'`{m}`' for m in missing)}: "
+                               f"{left_by(self.backends, 'them' if len(missing) > 1 else 'it')}",
+                               kind="unsupported-op", unsupported_op=missing[0], **self.data)
+        del program
+        t0 = time.perf_counter()
+        with _native_stderr() as said:
+            try:
+                self.loaded = self.runtime.load_program(path)
+                self.method = self.loaded.load_method("forward")
+            except Exception as exc:  # noqa: BLE001 - what the runtime cannot load is the finding
+                raise StageFailure(f"the ExecuTorch runtime could not load the program: "
+                                   f"{describe_exception(exc, 600)}{_reason(said)}", kind="load", **self.data)
+        self.data["load_s"] = round(time.perf_counter() - t0, 3)
 
     def execute(self, args: tuple, kwargs: dict) -> list[Any]:
-        """The runtime's outputs, copied out of its planned memory."""
+        """The runtime's outputs, copied out of its planned memory (a fresh method first where the program
+        mutates buffers: the state eager starts each call from)."""
         import torch
         import torch.utils._pytree as pytree
 
@@ -201,6 +269,13 @@ class _Checks(RuntimeChecks):
         feed = [v.detach().contiguous() if isinstance(v, torch.Tensor) else v for v in flat]
         t0 = time.perf_counter()
         try:
+            if self.stateful and self.calls:
+                # a mutated buffer lives in the loaded program's memory, which a new method of it shares: both go,
+                # freed before their successors allocate the plan again
+                self.method = self.loaded = None
+                self.loaded = self.runtime.load_program(self.data["pte_path"])
+                self.method = self.loaded.load_method("forward")
+            self.calls += 1
             return [o.clone() if isinstance(o, torch.Tensor) else o for o in self.method.execute(feed)]
         finally:
             self.run_s += time.perf_counter() - t0
@@ -223,6 +298,7 @@ class _Checks(RuntimeChecks):
         import torch.utils._pytree as pytree
 
         expected = pytree.tree_map_only(torch.Tensor, lambda t: t.detach().cpu(), want.outputs)
+        self.last = (args, kwargs, expected)  # what the other backend is run on where this fails
         with _native_stderr() as said:
             try:
                 got = self.call(args, kwargs, expected)

@@ -62,10 +62,17 @@ def run(ctx: Context) -> dict[str, Any]:
     onnx, ort = modules["onnx"], modules["onnxruntime"]
     proto = onnx.load(str(path), load_external_data=False)
     data["opset"] = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    cap = ctx.calibration.costs().max_memory
+    if data["onnx_bytes"] > cap:  # the session's copy of the weights, allocated when it is made
+        raise StageSkip(f"converted in {data['convert_s']:.1f} s; not run in ONNX Runtime: its copy of the weights "
+                        f"needs ~{format_bytes(data['onnx_bytes'])} > max_memory {format_bytes(cap)}")
     t0 = time.perf_counter()
     try:
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        # no arena: it keeps the largest run's memory for the next and rounds it up to a power of two, where
+        # each size's run is held to the cap on its own
+        options.enable_cpu_mem_arena = False
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - the converted model itself is the finding
         raise StageFailure(f"ONNX Runtime could not load the converted model: {describe_exception(exc, 1500)}",
@@ -121,9 +128,11 @@ def conversion_failure(exc: BaseException, seconds: float) -> StageFailure:
 
 
 class _Checks(RuntimeChecks):
-    """The converted model in ONNX Runtime against eager. Inputs and outputs map onto the program's by position:
+    """The converted model in ONNX Runtime against eager. A size runs where the session's weights and one forward
+    there (half a numeric probe's predicted need: eager's and the program's) fit the memory cap. Inputs and outputs map onto the program's by position:
     the exporter drops constant and None inputs and outputs, and renames the rest."""
 
+    NAME = "onnx"
     RUNTIME = "ONNX Runtime"
 
     def __init__(self, ctx: Context, session: Any, proto: Any, data: dict[str, Any]):
@@ -216,6 +225,22 @@ class _Checks(RuntimeChecks):
     # the checks ------------------------------------------------------------------------------------
     def finish(self) -> dict[str, Any]:
         return {**self.data, **self.worst, "ort_s": round(self.ort_s, 3)}
+
+    def fit(self, inside: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        cap, weights = self.ctx.calibration.costs().max_memory, int(self.data["onnx_bytes"])
+        kept, left, worst = [], [], 0
+        for label, probe in inside:
+            need = weights + (probe.plan.need // 2 if probe.plan is not None else 0)
+            if need > cap:
+                left.append(label)
+                worst = max(worst, need)
+            else:
+                kept.append((label, probe))
+        if left:
+            self.data["not_run"] = left
+            self.data["coverage"] = (f"not run at {len(left)} of the sizes numerics ran (its weights and a forward "
+                                     f"there need up to ~{format_bytes(worst)} > max_memory {format_bytes(cap)})")
+        return kept
 
     def before_sizes(self) -> None:
         self.dynamic_axes()

@@ -1,0 +1,147 @@
+"""ExecuTorch's lowering, read for findings: what the partitioners took and left (``op_counts``), the operators the
+runtime has no kernel for (``missing_kernels``), a lowering error as the operator and the partitioners that left it
+(``lowering_failure``), whether a program writes state the runtime would keep across calls (``mutates_state``), and
+the other backend's verdict on a failure (``other_backend``: XNNPACK's own defects are told from the model's).
+
+executorch and torch are imported where they are used; nothing here knows about pytest.
+"""
+
+from __future__ import annotations
+
+import importlib
+import operator
+import re
+from typing import Any, Callable
+
+from .context import StageFailure
+from .util import describe_exception
+
+PARTITIONERS = {"xnnpack": ("executorch.backends.xnnpack.partition.xnnpack_partitioner", "XnnpackPartitioner", "XNNPACK")}
+_NOT_CORE = re.compile(r"Operator torch\._ops\.([\w.]+) is not in Core ATen opset")
+_NO_OUT = re.compile(r"Missing out variants: \{([^}]*)\}")
+
+
+def partitioners(backends: tuple[str, ...]) -> list[Any]:
+    """The partitioners of ``backends`` (none for ``portable``); ImportError where executorch is missing."""
+    return [getattr(importlib.import_module(PARTITIONERS[b][0]), PARTITIONERS[b][1])() for b in backends
+            if b in PARTITIONERS]
+
+
+def other_backends(backends: tuple[str, ...]) -> tuple[str, ...]:
+    """The backends that tell a partitioner's defect from the model's: portable alone for any partitioner, XNNPACK
+    for portable."""
+    return ("portable",) if any(b in PARTITIONERS for b in backends) else ("xnnpack",)
+
+
+def backend_words(backends: tuple[str, ...]) -> str:
+    names = [PARTITIONERS[b][2] for b in backends if b in PARTITIONERS]
+    return f"the {' and '.join(names)} partitioner" if names else "the portable kernels alone"
+
+
+def other_backend(ep: Any, backends: tuple[str, ...], attempt: Callable[[Any], str | None],
+                  right: str = "the runtime runs this right") -> tuple[str, dict]:
+    """What the other backend (``other_backends``) says where ``backends`` failed: the program lowered with it, and
+    ``attempt(edge)`` -> None where it runs right, else what went wrong. A sentence for the finding and its record."""
+    other = other_backends(backends)
+    keyword = f'executorch="{other[0]}"'
+    try:
+        from executorch.exir import to_edge_transform_and_lower
+
+        edge = to_edge_transform_and_lower(ep, partitioner=partitioners(other))
+        wrong = attempt(edge)
+    except Exception as exc:  # noqa: BLE001 - the other backend's own failure is its verdict
+        wrong = describe_exception(exc, 300)
+    if wrong is None:
+        return (f"\nwith {backend_words(other)} ({keyword}) {right}: the failure is "
+                f"{backend_words(backends)}'s; run with {keyword} to check the model without it, and report it to "
+                "ExecuTorch"), {"backends": list(other), "status": "passed"}
+    return (f"\nwith {backend_words(other)} ({keyword}) it fails too ({wrong.splitlines()[0][:300]}): not "
+            f"{backend_words(backends)}'s alone"), {"backends": list(other), "status": "failed", "failure": wrong[:600]}
+
+
+def mutates_state(ep: Any) -> bool:
+    """Whether the program writes a buffer or an input: as a mutation output of its signature, or in the graph (a
+    ``copy_`` into a buffer or a view of one, as torch 2.13 keeps it)."""
+    from torch.export.graph_signature import InputKind
+
+    sig = ep.graph_signature
+    if sig.buffers_to_mutate or sig.user_inputs_to_mutate:
+        return True
+    held = {s.arg.name for s in sig.input_specs if s.kind in (InputKind.BUFFER, InputKind.USER_INPUT)
+            and hasattr(s.arg, "name")}
+    for node in ep.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op == "call_function" and schema is not None and schema.is_mutable:
+            written = [a for a, arg in zip(node.args, schema.arguments) if arg.alias_info and arg.alias_info.is_write]
+            if any(getattr(_alias_root(a), "name", None) in held for a in written):
+                return True
+    return False
+
+
+def _alias_root(node: Any) -> Any:
+    """The placeholder a node is a view of (through ``slice``, ``view``, ``select``...), else the node itself."""
+    while getattr(node, "op", "") == "call_function" and node.args:
+        schema = getattr(node.target, "_schema", None)
+        if schema is None or not schema.returns or schema.returns[0].alias_info is None:
+            break
+        node = node.args[0]
+    return node if getattr(node, "op", "") == "placeholder" else None
+
+
+def left_by(backends: tuple[str, ...], what: str = "it") -> str:
+    """Who left an operator to the portable kernels: the partitioners asked for, or none (``portable``)."""
+    names = [PARTITIONERS[b][2] for b in backends if b in PARTITIONERS]
+    if not names:
+        return f"no partitioner was asked for (backends: portable), so {what} went to the portable kernels"
+    return f"the {' and '.join(names)} partitioner{'s' if len(names) > 1 else ''} left {what} to the portable kernels"
+
+
+def lowering_failure(exc: BaseException, backends: tuple[str, ...], data: dict[str, Any]) -> StageFailure:
+    """ExecuTorch's error as a finding: the operator it could not lower, and who left it to the portable kernels."""
+    text = str(exc)
+    data = {**data, "exception": type(exc).__name__}
+    not_core, no_out = _NOT_CORE.search(text), _NO_OUT.search(text)
+    if not_core:
+        op = not_core.group(1)
+        why = "it is outside the Core ATen opset, which the portable kernels implement"
+    elif no_out:
+        op = no_out.group(1).split(",")[0].strip().strip("'\"")
+        why = "it has no out-variant kernel registered (ExecuTorch runs a custom operator through its out= kernel)"
+    else:
+        return StageFailure(f"ExecuTorch could not lower the exported program: {describe_exception(exc, 1500)}",
+                            kind="lowering", **data)
+    return StageFailure(f"ExecuTorch could not lower the exported program: operator `{op}`: {left_by(backends)}, "
+                        f"and {why}\nExecuTorch's message: {describe_exception(exc, 600)}",
+                        kind="unsupported-op", unsupported_op=op, **data)
+
+
+def op_counts(gm: Any) -> dict[str, Any]:
+    """Operators the partitioners took (inside delegate calls) and those left to the portable kernels."""
+    delegated, portable, delegates, payload = 0, {}, 0, 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        if getattr(node.target, "__name__", "") == "executorch_call_delegate":
+            delegates += 1
+            lowered = getattr(gm, node.args[0].target)
+            inner = lowered.original_module.graph
+            payload += len(getattr(lowered, "processed_bytes", b"") or b"")  # the backend's copy of its weights
+            delegated += sum(1 for n in inner.nodes if n.op == "call_function" and n.target is not operator.getitem)
+        else:
+            name = str(getattr(node.target, "__name__", node.target))
+            portable[name] = portable.get(name, 0) + 1
+    return {"delegates": delegates, "delegate_bytes": payload, "delegated_ops": delegated,
+            "portable_ops": sum(portable.values()),
+            "portable_op_names": sorted(portable)}
+
+
+def missing_kernels(program: Any, runtime: Any) -> list[str]:
+    """Operators of the program without a kernel in the runtime (checked before loading: the runtime only logs them)."""
+    known = set(runtime.operator_registry.operator_names)
+    plan = program.executorch_program.execution_plan
+    names = [f"{o.name}.{o.overload}" if o.overload else o.name for p in plan for o in p.operators]
+    return list(dict.fromkeys(n for n in names if n not in known))
+
+
+__all__ = ["PARTITIONERS", "partitioners", "other_backends", "other_backend", "left_by", "lowering_failure",
+           "op_counts", "missing_kernels", "mutates_state"]
