@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
 
 from ..gate.scope import FROM_OUTSIDE, Scope, test_id
 from ..util import plural
-from . import summary
+from . import schema, summary
+from .schema import case_problem
 
 if TYPE_CHECKING:
     from ..declare.options import SessionOptions
@@ -153,33 +154,12 @@ def write_baseline(path: str, baseline: Baseline) -> Path:
 
 
 def read_report(path: str | os.PathLike) -> dict[str, Any]:
-    """A report file; ValueError naming the file, and the case or field, where it is not one a command can read."""
+    """A report file's JSON; ValueError naming the file where it is no report (``load_report`` checks its fields)."""
     with open(path, encoding="utf-8") as fh:
         data = json.load(fh)
     if not isinstance(data, dict) or data.get("version") != REPORT_VERSION or not isinstance(data.get("cases"), list):
         raise ValueError(f"{path}: not a pytest-export report (version {REPORT_VERSION} JSON with a 'cases' list)")
-    for i, case in enumerate(data["cases"]):
-        problem = case_problem(case)
-        if problem:
-            raise ValueError(f"{path}: cases[{i}]{_named(case)} {problem}")
-    if "scope" in data:
-        Scope.from_json(data["scope"])  # ValueError naming the field
     return data
-
-
-def case_problem(case: Any) -> str | None:
-    """What makes ``case`` no case the commands can read (a hand-edited or truncated report), or None."""
-    if not isinstance(case, dict) or not isinstance(case.get("nodeid"), str):
-        return 'is not a case (an object with a "nodeid")'
-    stages = case.get("stages", {})
-    if not isinstance(stages, dict) or not all(isinstance(s, dict) and isinstance(s.get("status"), str)
-                                               for s in stages.values()):
-        return '"stages" must map a stage to an object with a "status"'
-    return None
-
-
-def _named(case: Any) -> str:
-    return f" ({case['nodeid']}):" if isinstance(case, dict) and isinstance(case.get("nodeid"), str) else ""
 
 
 # ---- case lines (issue #23: a run stopped from outside keeps what it found) -------------------------------
@@ -351,10 +331,13 @@ def _scope_problem(data: Any) -> str | None:
 
 def load_report(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
     """A report (``read_report``), or the report a ``.jsonl`` file of case lines makes (``read_lines``), with the
-    notes on what was skipped."""
-    if Path(path).suffix == ".jsonl":
-        return read_lines(path)
-    return read_report(path), []
+    notes on what was skipped: the one way the commands read a report. Its fields are checked here, once, against
+    ``schema``: ValueError naming the file, the case, the field and the fix where one is not what they read."""
+    data, notes = read_lines(path) if Path(path).suffix == ".jsonl" else (read_report(path), [])
+    problem = schema.report_problem(data)
+    if problem:
+        raise ValueError(f"{path}: {problem}; {schema.FIX}")
+    return data, notes
 
 
 def partial_text(report: Mapping[str, Any], name: str | None = None) -> str | None:
