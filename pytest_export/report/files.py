@@ -16,7 +16,7 @@ import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping
 
 from ..gate.scope import FROM_OUTSIDE, Scope, test_id
 from ..util import plural
@@ -111,18 +111,36 @@ def session_report(cases: list[dict[str, Any]], session_data: Mapping[str, Any],
 
 def write_session(options: SessionOptions, cases: list[dict[str, Any]], session_data: Mapping[str, Any],
                   torch_version: str | None, messages: Iterable[str] = (), environ: Mapping[str, str] = os.environ,
-                  unfinished: Iterable[str] | None = None, scope: Mapping[str, Any] | None = None) -> None:
+                  unfinished: Iterable[str] | None = None, scope: Mapping[str, Any] | None = None) -> list[str]:
     """The files a run asked for: ``--export-report``, ``--export-coverage`` and ``--export-summary-md`` (by
-    default appended to ``$GITHUB_STEP_SUMMARY`` where that is set and there are cases)."""
+    default appended to ``$GITHUB_STEP_SUMMARY`` where that is set and there are cases). A file that cannot be
+    written (a full disk, a permission changed during the run) leaves the others to be written: the lines that
+    say so are returned, for the end of the terminal summary."""
+    problems: list[str] = []
+
+    def written(flag: str, path: str, write: Callable[[], Any]) -> None:
+        try:
+            write()
+        except OSError as exc:
+            problems.append(unwritten(flag, path, exc))
+
     if options.report:
-        write_json_atomic(options.report, session_report(cases, session_data, torch_version, unfinished, scope))
+        written("--export-report", options.report, lambda: write_json_atomic(
+            options.report, session_report(cases, session_data, torch_version, unfinished, scope)))
     if options.coverage:
-        write_coverage(options.coverage, cases, session_data)
+        written("--export-coverage", options.coverage, lambda: write_coverage(options.coverage, cases, session_data))
     md_path, append = options.summary_md, False
     if md_path is None and environ.get("GITHUB_STEP_SUMMARY"):
         md_path, append = environ["GITHUB_STEP_SUMMARY"], True
     if md_path and cases:
-        write_summary_md(md_path, session_report(cases, session_data, torch_version), messages, append=append)
+        written("--export-summary-md" if options.summary_md else "$GITHUB_STEP_SUMMARY", md_path, lambda: write_summary_md(
+            md_path, session_report(cases, session_data, torch_version), messages, append=append))
+    return problems
+
+
+def unwritten(flag: str, path: str | os.PathLike, exc: OSError) -> str:
+    """``--export-report out/r.json: not written (No space left on device)``."""
+    return f"{flag} {path}: not written ({exc.strerror or exc})"
 
 
 def write_coverage(path: str, cases: list[dict[str, Any]], session: Mapping[str, Any]) -> tuple[Path, Path]:
@@ -359,5 +377,5 @@ def partial_text(report: Mapping[str, Any], name: str | None = None) -> str | No
 
 
 __all__ = ["write_text_atomic", "write_json_atomic", "strict_json", "build_report", "session_report", "read_report",
-           "write_session", "write_coverage", "write_summary_md", "write_baseline", "REPORT_VERSION", "lines_path",
+           "write_session", "unwritten", "write_coverage", "write_summary_md", "write_baseline", "REPORT_VERSION", "lines_path",
            "CaseLines", "read_lines", "load_report", "partial_text", "case_problem"]
