@@ -209,7 +209,7 @@ SETTINGS: tuple[Setting, ...] = (
             "diagnose_when", metavar="auto|always|never"),
     Setting("export_summary", "the end-of-run tables: full, short (one line per run and the failing cases; the "
             "default under -q) or off (default: full)", _choice(("full", "short", "off"), ""), metavar="full|short|off"),
-    Setting("export_repro", "write a standalone repro script (torch only) for every failing case into DIR",
+    Setting("export_repro", "write a standalone repro script for every failing case into DIR (its header names what it needs)",
             _path, "repro", metavar="DIR", needs_check=True),
     Setting("export_onnx", "run the onnx stage (torch.onnx.export of the exported program, checked in ONNX Runtime) "
             "for every case (needs the [onnx] extra)", _flag, "onnx", kind="flag"),
