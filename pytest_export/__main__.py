@@ -22,6 +22,7 @@ from .gate.verdicts import said
 from .report.conformance import stage_order
 from .report.files import (build_report, lines_path, load_report, partial_text, write_json_atomic, write_summary_md,
                            write_text_atomic)
+from .report.schema import FIX
 from .report.summary import coverage_line, coverage_summary, stage_table
 from .util import markdown_table, plural, text_table
 
@@ -29,9 +30,12 @@ BAD = ("failed", "error", "xpassed")
 USAGE_ERROR = 4  # pytest's exit status for a usage error: the in-run gate's for a missing or broken baseline
 
 
-def _load(path: str, status: int = 1) -> dict[str, Any]:
+def _load(path: str) -> dict[str, Any]:
     """A report (or the partial one a ``.jsonl`` file of case lines makes, with a note on each line it skips), or
-    exit with ``status`` and a message naming the file."""
+    exit with the usage error's status and a message naming the file (and, for a field that is not what the
+    commands read, the case and the field: ``report.schema``), never a traceback."""
+    fix = ("; write it with pytest --export-check --export-report PATH, or merge the shards' reports with "
+           "python -m pytest_export merge")
     try:
         report, notes = load_report(path)
         for note in notes:
@@ -41,12 +45,11 @@ def _load(path: str, status: int = 1) -> dict[str, Any]:
         problem = f"{path}: no such report"
     except OSError as exc:
         problem = f"{path}: cannot be read ({exc.strerror or exc})"
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # not JSON, not a report, a field the schema refuses
         problem = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
-    fix = ("; write it with pytest --export-check --export-report PATH, or merge the shards' reports with "
-           "python -m pytest_export merge") if status == USAGE_ERROR else ""
+        fix = "" if FIX in problem else fix
     print(f"pytest-export: {problem}{fix}", file=sys.stderr)
-    raise SystemExit(status)
+    raise SystemExit(USAGE_ERROR)
 
 
 def merge_reports(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) -> tuple[dict[str, Any], list[str]]:
@@ -60,7 +63,7 @@ def merge_reports(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) 
     torch_versions = sorted({r.get("torch") for r in reports if r.get("torch")})
     if len(torch_versions) > 1:
         warnings.append(f"the reports come from different torch versions: {', '.join(torch_versions)}")
-    totals = [r.get("coverage", {}).get("core_ops_total") for r in reports]
+    totals = [(r.get("coverage") or {}).get("core_ops_total") for r in reports]
     for i, r in enumerate(reports):
         name = names[i] if i < len(names) else f"report {i + 1}"
         for case in r["cases"]:
@@ -168,7 +171,7 @@ def gate(report_path: str, baseline_path: str, *, warn_stale: bool = False, mark
     A partial report (a run stopped from outside, or its case lines: issue #23) never passes: its cases are
     judged, and the entries of the cases it lacks are left alone (neither stale nor confirmed). Nor does the report of
     a run with collection errors or stopped early (-x): pytest failed it whatever its cases say (#32)."""
-    report = _load(report_path, USAGE_ERROR)
+    report = _load(report_path)
     try:
         base = bl.load(baseline_path, option="--baseline")
     except UsageError as exc:

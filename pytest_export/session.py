@@ -54,6 +54,7 @@ class ExportSession:
         if self.check and not self.is_worker:
             from .report.run import RunReport
 
+            settings.check_outputs(self.options)  # a path it cannot write to is a usage error now, not at its end
             self.run_report = RunReport(config, self.options, self.summary)
         self._baseline = None
         self._torch_ready = False

@@ -39,8 +39,8 @@ LAYERS: list[list[str]] = [
     ["probes.proof", "probes.narrow", "explain.promise"],
     ["declare.options", "results", "gate.scope", "gate.verdicts", "explain.diagnose", "repro.source"],
     ["explain.refusal"],
-    # the case and how values compare; the CI-side data (baseline, tags, variants, conformance)
-    ["declare.case", "compare", "gate.baseline", "tags", "variants", "report.conformance"],
+    # the case and how values compare; the CI-side data (baseline, tags, variants, conformance, the report's schema)
+    ["declare.case", "compare", "gate.baseline", "tags", "variants", "report.conformance", "report.schema"],
     # the declaration, one observed forward call, session settings, the gate, text summaries
     ["declare.shapes", "observe", "declare.settings", "gate.judge", "report.summary", "report.progress"],
     # what export kept of the declaration; the one writer of files; what probing a case costs

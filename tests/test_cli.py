@@ -98,24 +98,25 @@ def test_module_entry_point_and_bad_input(made, pytester):
     assert r.ret == 0 and "pytest-export report: 4 cases" in r.stdout.str()
     (made / "junk.json").write_text('{"cases": 3}')
     r = pytester.run(sys.executable, "-m", "pytest_export", "show", str(made / "junk.json"))
-    assert r.ret == 1 and "junk.json: not a pytest-export report" in r.stderr.str()
+    assert r.ret == 4 and "junk.json: not a pytest-export report" in r.stderr.str()
     r = pytester.run(sys.executable, "-m", "pytest_export", "diff", str(made / "missing.json"), str(made / "after.json"))
-    assert r.ret == 1 and "missing.json: no such report" in r.stderr.str()
+    assert r.ret == 4 and "missing.json: no such report" in r.stderr.str()
     r = pytester.run(sys.executable, "-c", "import pytest_export.__main__, sys; print('torch' in sys.modules)")
     assert r.stdout.str().strip() == "False"
 
 
 @pytest.mark.parametrize("case, message", [
-    ({"outcome": "passed", "stages": {}}, 'cases[0] is not a case (an object with a "nodeid")'),
+    ({"outcome": "passed", "stages": {}}, 'cases[0]: expected an object with a "nodeid", got one without "nodeid"'),
     ({"nodeid": "t.py::a", "stages": {"export": "passed"}},
-     'cases[0] (t.py::a): "stages" must map a stage to an object with a "status"'),
+     'cases[0] (t.py::a): stages.export: expected an object with a "status", got "passed"'),
     ({"nodeid": "t.py::a", "stages": {"export": {"message": "no status"}}},
-     'cases[0] (t.py::a): "stages" must map a stage to an object with a "status"'),
-    ("t.py::a", 'cases[0] is not a case (an object with a "nodeid")'),
+     'cases[0] (t.py::a): stages.export: expected an object with a "status", got one without "status"'),
+    ("t.py::a", 'cases[0]: expected an object with a "nodeid", got "t.py::a"'),
 ])
 @pytest.mark.parametrize("command", ["merge", "diff", "show", "durations"])
 def test_a_malformed_case_is_named_not_a_traceback(tmp_path, capsys, case, message, command):
-    """A hand-edited or truncated report: every command names the file and the case, and exits with status 1 (#24)."""
+    """A hand-edited or truncated report: every command names the file, the case and the field, and exits with the
+    usage error's status 4 (#24)."""
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"version": 1, "torch": "2.13.0+cpu", "cases": [case]}))
     good = tmp_path / "good.json"
@@ -125,6 +126,7 @@ def test_a_malformed_case_is_named_not_a_traceback(tmp_path, capsys, case, messa
             "durations": ["durations", str(bad), "-o", str(tmp_path / "d.json")]}[command]
     with pytest.raises(SystemExit) as exc:
         main(argv)
-    assert exc.value.code == 1
-    assert capsys.readouterr().err == f"pytest-export: {bad}: {message}\n"
+    assert exc.value.code == 4
+    assert capsys.readouterr().err == (f"pytest-export: {bad}: {message}; correct the field by hand, or write the "
+                                       "report again (pytest --export-check --export-report PATH)\n")
     assert not (tmp_path / "out.json").exists()

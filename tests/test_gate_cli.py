@@ -148,10 +148,10 @@ EMPTY = '{"version": 1, "cases": []}'
                  "the shards' reports with python -m pytest_export merge"),
     ('{"cases": 3}', "{}", "report.json: not a pytest-export report"),
     ("{not json", "{}", "report.json: Expecting property name"),
-    ('{"version": 1, "cases": [{"outcome": "passed"}]}', "{}", 'report.json: cases[0] is not a case (an object with '
-                                                               'a "nodeid"); write it with pytest --export-check'),
+    ('{"version": 1, "cases": [{"outcome": "passed"}]}', "{}", 'report.json: cases[0]: expected an object with a '
+                                                               '"nodeid", got one without "nodeid"; correct the field'),
     ('{"version": 1, "cases": [{"nodeid": "t.py::a", "stages": {"export": "passed"}}]}', "{}",
-     'cases[0] (t.py::a): "stages" must map a stage to an object with a "status"'),
+     'cases[0] (t.py::a): stages.export: expected an object with a "status", got "passed"'),
     (EMPTY, None, "--baseline {baseline}: no such file; create it with --export-baseline-update"),
     (EMPTY, "{not json", "--baseline {baseline}: not readable JSON"),
     (EMPTY, '{"version": 7}', '--baseline {baseline}: expected a JSON object with "version": 2'),

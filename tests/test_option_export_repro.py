@@ -1,4 +1,4 @@
-"""`--export-repro DIR` (issue #26): a standalone script (torch only) per failing case, which reproduces the failure
+"""`--export-repro DIR` (issue #26): a standalone script per failing case, which reproduces the failure
 in a fresh process, from any directory: the export that raises, the program that disagrees with eager, the size
 guards and fuzz found wrong (its inputs saved as the harness built them). A passing case gets none."""
 

@@ -11,6 +11,8 @@ Loaded with the plugin in every pytest run: imports no torch and nothing else of
 from __future__ import annotations
 
 import dataclasses
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
@@ -213,7 +215,7 @@ SETTINGS: tuple[Setting, ...] = (
             "diagnose_when", metavar="auto|always|never"),
     Setting("export_summary", "the end-of-run tables: full, short (one line per run and the failing cases; the "
             "default under -q) or off (default: full)", _choice(("full", "short", "off"), ""), metavar="full|short|off"),
-    Setting("export_repro", "write a standalone repro script (torch only) for every failing case into DIR",
+    Setting("export_repro", "write a standalone repro script for every failing case into DIR (its header names what it needs)",
             _path, "repro", metavar="DIR", needs_check=True),
     Setting("export_onnx", "run the onnx stage (torch.onnx.export of the exported program, checked in ONNX Runtime) "
             "for every case (needs the [onnx] extra)", _flag, "onnx", kind="flag"),
@@ -272,5 +274,53 @@ def given_without_check(config: pytest.Config) -> list[str]:
     return [s.flag for s in SETTINGS if s.needs_check and config.getoption(s.name)]
 
 
+# ---- the files a run writes, checked before any case runs ----------------------------------------------
+
+def outputs(options: SessionOptions) -> list[tuple[str, str, bool]]:
+    """The paths a run writes to, as (flag, path, is a directory): the report (its case lines beside it), the
+    coverage table (its Markdown beside it), the Markdown summary, the repro scripts' folder, and the baseline
+    where ``--export-baseline-update`` rewrites it."""
+    out = [(BY_NAME[name].flag, path, False) for name, path in (
+        ("export_report", options.report), ("export_coverage", options.coverage),
+        ("export_summary_md", options.summary_md)) if path]
+    if options.baseline and options.baseline_update:
+        out.append((BY_NAME["export_baseline"].flag, options.baseline, False))  # rewritten at the end
+    if options.repro:
+        out.append((BY_NAME["export_repro"].flag, options.repro, True))
+    return out
+
+
+def output_problem(path: str, directory: bool = False) -> str | None:
+    """Why a file (``directory``: a folder of files) cannot be written at ``path``, or None: it is a directory
+    (a file), a file stands where its folder must be, or its folder is not writable, or does not exist and the
+    nearest existing one is not writable, so it cannot be made."""
+    target = Path(path)
+    if directory and target.exists() and not target.is_dir():
+        return f"{target} is a file, not a directory"
+    if not directory and target.is_dir():
+        return f"{target} is a directory"
+    folder = target if directory else target.parent
+    existing = folder
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, so the directory {folder} cannot be made"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        if existing == folder:
+            return f"the directory {folder} is not writable"
+        return f"the directory {folder} does not exist and cannot be made ({existing} is not writable)"
+    return None
+
+
+def check_outputs(options: SessionOptions) -> None:
+    """Every path the run writes to, checked at configure time: a usage error naming the option, the path, why
+    and the fix, before any case runs (a run that could not write its report would find out at its end)."""
+    problems = [f"{flag} {path}: {why}" for flag, path, directory in outputs(options)
+                for why in [output_problem(path, directory)] if why]
+    if problems:
+        raise pytest.UsageError("\n".join(problems) + "\nthe run would not be able to write it; give a path in a "
+                                "writable directory (or make the directory writable)")
+
+
 __all__ = ["Setting", "SETTINGS", "add_options", "raw", "value", "read_session_options", "any_given",
-           "given_without_check"]
+           "given_without_check", "outputs", "output_problem", "check_outputs"]

@@ -16,11 +16,12 @@ import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping
 
 from ..gate.scope import FROM_OUTSIDE, Scope, test_id
 from ..util import plural
-from . import summary
+from . import schema, summary
+from .schema import case_problem
 
 if TYPE_CHECKING:
     from ..declare.options import SessionOptions
@@ -110,18 +111,36 @@ def session_report(cases: list[dict[str, Any]], session_data: Mapping[str, Any],
 
 def write_session(options: SessionOptions, cases: list[dict[str, Any]], session_data: Mapping[str, Any],
                   torch_version: str | None, messages: Iterable[str] = (), environ: Mapping[str, str] = os.environ,
-                  unfinished: Iterable[str] | None = None, scope: Mapping[str, Any] | None = None) -> None:
+                  unfinished: Iterable[str] | None = None, scope: Mapping[str, Any] | None = None) -> list[str]:
     """The files a run asked for: ``--export-report``, ``--export-coverage`` and ``--export-summary-md`` (by
-    default appended to ``$GITHUB_STEP_SUMMARY`` where that is set and there are cases)."""
+    default appended to ``$GITHUB_STEP_SUMMARY`` where that is set and there are cases). A file that cannot be
+    written (a full disk, a permission changed during the run) leaves the others to be written: the lines that
+    say so are returned, for the end of the terminal summary."""
+    problems: list[str] = []
+
+    def written(flag: str, path: str, write: Callable[[], Any]) -> None:
+        try:
+            write()
+        except OSError as exc:
+            problems.append(unwritten(flag, path, exc))
+
     if options.report:
-        write_json_atomic(options.report, session_report(cases, session_data, torch_version, unfinished, scope))
+        written("--export-report", options.report, lambda: write_json_atomic(
+            options.report, session_report(cases, session_data, torch_version, unfinished, scope)))
     if options.coverage:
-        write_coverage(options.coverage, cases, session_data)
+        written("--export-coverage", options.coverage, lambda: write_coverage(options.coverage, cases, session_data))
     md_path, append = options.summary_md, False
     if md_path is None and environ.get("GITHUB_STEP_SUMMARY"):
         md_path, append = environ["GITHUB_STEP_SUMMARY"], True
     if md_path and cases:
-        write_summary_md(md_path, session_report(cases, session_data, torch_version), messages, append=append)
+        written("--export-summary-md" if options.summary_md else "$GITHUB_STEP_SUMMARY", md_path, lambda: write_summary_md(
+            md_path, session_report(cases, session_data, torch_version), messages, append=append))
+    return problems
+
+
+def unwritten(flag: str, path: str | os.PathLike, exc: OSError) -> str:
+    """``--export-report out/r.json: not written (No space left on device)``."""
+    return f"{flag} {path}: not written ({exc.strerror or exc})"
 
 
 def write_coverage(path: str, cases: list[dict[str, Any]], session: Mapping[str, Any]) -> tuple[Path, Path]:
@@ -153,33 +172,12 @@ def write_baseline(path: str, baseline: Baseline) -> Path:
 
 
 def read_report(path: str | os.PathLike) -> dict[str, Any]:
-    """A report file; ValueError naming the file, and the case or field, where it is not one a command can read."""
+    """A report file's JSON; ValueError naming the file where it is no report (``load_report`` checks its fields)."""
     with open(path, encoding="utf-8") as fh:
         data = json.load(fh)
     if not isinstance(data, dict) or data.get("version") != REPORT_VERSION or not isinstance(data.get("cases"), list):
         raise ValueError(f"{path}: not a pytest-export report (version {REPORT_VERSION} JSON with a 'cases' list)")
-    for i, case in enumerate(data["cases"]):
-        problem = case_problem(case)
-        if problem:
-            raise ValueError(f"{path}: cases[{i}]{_named(case)} {problem}")
-    if "scope" in data:
-        Scope.from_json(data["scope"])  # ValueError naming the field
     return data
-
-
-def case_problem(case: Any) -> str | None:
-    """What makes ``case`` no case the commands can read (a hand-edited or truncated report), or None."""
-    if not isinstance(case, dict) or not isinstance(case.get("nodeid"), str):
-        return 'is not a case (an object with a "nodeid")'
-    stages = case.get("stages", {})
-    if not isinstance(stages, dict) or not all(isinstance(s, dict) and isinstance(s.get("status"), str)
-                                               for s in stages.values()):
-        return '"stages" must map a stage to an object with a "status"'
-    return None
-
-
-def _named(case: Any) -> str:
-    return f" ({case['nodeid']}):" if isinstance(case, dict) and isinstance(case.get("nodeid"), str) else ""
 
 
 # ---- case lines (issue #23: a run stopped from outside keeps what it found) -------------------------------
@@ -351,10 +349,13 @@ def _scope_problem(data: Any) -> str | None:
 
 def load_report(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
     """A report (``read_report``), or the report a ``.jsonl`` file of case lines makes (``read_lines``), with the
-    notes on what was skipped."""
-    if Path(path).suffix == ".jsonl":
-        return read_lines(path)
-    return read_report(path), []
+    notes on what was skipped: the one way the commands read a report. Its fields are checked here, once, against
+    ``schema``: ValueError naming the file, the case, the field and the fix where one is not what they read."""
+    data, notes = read_lines(path) if Path(path).suffix == ".jsonl" else (read_report(path), [])
+    problem = schema.report_problem(data)
+    if problem:
+        raise ValueError(f"{path}: {problem}; {schema.FIX}")
+    return data, notes
 
 
 def partial_text(report: Mapping[str, Any], name: str | None = None) -> str | None:
@@ -376,5 +377,5 @@ def partial_text(report: Mapping[str, Any], name: str | None = None) -> str | No
 
 
 __all__ = ["write_text_atomic", "write_json_atomic", "strict_json", "build_report", "session_report", "read_report",
-           "write_session", "write_coverage", "write_summary_md", "write_baseline", "REPORT_VERSION", "lines_path",
+           "write_session", "unwritten", "write_coverage", "write_summary_md", "write_baseline", "REPORT_VERSION", "lines_path",
            "CaseLines", "read_lines", "load_report", "partial_text", "case_problem"]

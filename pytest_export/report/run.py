@@ -81,15 +81,20 @@ class RunReport:
                baseline: Baseline | None, torch_version: str | None) -> None:
         """The whole run's gate over the baseline (rewritten in update mode; stale entries fail the run), an empty
         pytest-split group made a pass, the report's files written and the case lines closed."""
-        from .files import write_baseline, write_session
+        from .files import unwritten, write_baseline, write_session
 
         listed = list(cases.values())
+        problems: list[str] = []
         if self.options.baseline:
             from ..gate.judge import finish
 
             verdict = finish(baseline, listed, scope, self.options)
             if verdict.updated is not None:
-                write_baseline(self.options.baseline, verdict.updated)
+                try:
+                    write_baseline(self.options.baseline, verdict.updated)
+                except OSError as exc:
+                    problems.append(unwritten("--export-baseline", self.options.baseline, exc) + "; the baseline "
+                                    "keeps its old entries")
             self.baseline_messages += verdict.messages
             if verdict.stale_fails and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -98,11 +103,17 @@ class RunReport:
             session.exitstatus = pytest.ExitCode.OK
             self.notes.append(empty)
         stopped = interrupted(scope, session.exitstatus)  # Ctrl-C, SIGTERM; no collection error (#32)
-        write_session(self.options, listed, data, torch_version, self.baseline_messages,
-                      unfinished=(self.lines.unfinished(cases) if self.lines else []) if stopped else None,
-                      scope=scope.to_json())
-        if self.lines is not None:
+        problems += write_session(self.options, listed, data, torch_version, self.baseline_messages,
+                                  unfinished=(self.lines.unfinished(cases) if self.lines else []) if stopped else None,
+                                  scope=scope.to_json())
+        if problems and session.exitstatus == pytest.ExitCode.OK:  # CI must not pass without the files it asked for
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if self.lines is not None:  # the case lines end as always: they hold the run where its report is missing
             self.lines.close(scope, exitstatus=int(session.exitstatus), interrupted=stopped, cases=len(listed))
+            if any(p.startswith("--export-report ") for p in problems) and not self.lines.problem:
+                problems.append(f"the case lines {self.lines.path} hold every case: python -m pytest_export "
+                                "merge, gate and show read them")
+        self.notes += [f"pytest-export: {p}" for p in problems]
 
     def terminal(self, terminalreporter: Any, cases: list[dict[str, Any]], data: dict[str, Any], verbose: int) -> None:
         """The end of the run as ``--export-summary`` asks (not given: one line when green; ``-q``: short)."""

@@ -1,7 +1,7 @@
-"""The text of a repro script (``--export-repro``): a standalone Python file, torch only, that loads a failing case's
-module and inputs from the ``.pt`` file beside it, runs the one check that failed, as the harness ran it, and
-prints ``REPRODUCED: ...`` (exit 1) or ``NOT REPRODUCED: ...`` (exit 0); ``COULD NOT CHECK`` (exit 2) where the
-script itself raised. ``write`` decides what goes in; this module only assembles the text (no torch, no package
+"""The text of a repro script (``--export-repro``): a standalone Python file that loads a failing case's module and
+inputs from the ``.pt`` file beside it (its weights from a second file where the check compares numbers), runs
+the one check that failed, as the harness ran it, and prints ``REPRODUCED: ...`` (exit 1) or ``NOT REPRODUCED:
+...`` (exit 0); ``COULD NOT CHECK`` (exit 2) where the script itself raised. ``write`` decides what goes in; this module only assembles the text (no torch, no package
 imports).
 """
 
@@ -82,7 +82,30 @@ def load():
     """The module and its example inputs as the harness had them (and the failing probe's, under "probe")."""
     import_model_classes()
     data = torch.load(os.path.join(HERE, INPUTS), weights_only=False)
-    return data["module"].to(DEVICE), tuple(on_device(data["args"])), dict(on_device(data["kwargs"])), data
+    model = materialize(data["module"], data["kept"])
+    return model.to(DEVICE), tuple(on_device(data["args"])), dict(on_device(data["kwargs"])), data
+
+
+def materialize(model, kept):
+    """The module was saved with meta tensors for weights: each gets its values from WEIGHTS (and the integer
+    buffers from `kept`), else seeded random ones; a tensor in two places (tied weights) stays one tensor."""
+    saved = {**(torch.load(os.path.join(HERE, WEIGHTS), weights_only=True) if WEIGHTS else {}), **kept}
+    made, generator = {}, torch.Generator().manual_seed(SEED)
+    for prefix, sub in model.named_modules(remove_duplicate=False):
+        for store in (sub._parameters, sub._buffers):
+            for key, t in list(store.items()):
+                if t is None or not t.is_meta:
+                    continue
+                if id(t) not in made:
+                    name = f"{prefix}.{key}" if prefix else key
+                    value = saved.get(name)
+                    if value is None:
+                        value = (torch.rand(t.shape, dtype=t.dtype, generator=generator) if t.is_floating_point()
+                                 else torch.zeros(t.shape, dtype=t.dtype))
+                    made[id(t)] = (t, torch.nn.Parameter(value, t.requires_grad) if isinstance(t, torch.nn.Parameter)
+                                   else value)
+                store[key] = made[id(t)][1]
+    return model
 
 
 def call(fn, args, kwargs):
@@ -306,7 +329,9 @@ def comment(text: str, limit: int = 40, width: int = 200) -> str:
 
 
 _NOTES = {
-    "INPUTS": "beside this script: torch.save of the module, the example inputs and the failing probe's",
+    "INPUTS": "beside this script: torch.save of the module (its weights as meta tensors), the example inputs and "
+              "the failing probe's",
+    "WEIGHTS": "beside this script: the module's floating-point weights (None: not saved, see the header)",
     "STRICT": "torch.export.export(strict=...)",
     "RTOL": "the case's tolerances (None: torch.testing.assert_close's defaults)",
     "DEVICE": "where the harness exported and compared the case",
@@ -347,9 +372,9 @@ def assemble(*, header: str, future: bool, consts: dict[str, Any], model: str, i
 
 
 RESERVED = frozenset(
-    "contextlib copy importlib io os sys traceback types torch pytree Dim HERE INPUTS STAGE STRICT RTOL ATOL DEVICE "
+    "contextlib copy importlib io os sys traceback types torch pytree Dim HERE INPUTS WEIGHTS STAGE STRICT RTOL ATOL DEVICE "
     "SEED PRESERVE CORE_ATEN DYNAMIC_SHAPES SEARCH_PATH MODULES MODEL_MODULE INLINED AXES PROBE_SIZES PROBE_SEED "
-    "import_model_classes first_line on_device load call export tolerances differences disagreement probe_inputs "
+    "import_model_classes first_line on_device load materialize call export tolerances differences disagreement probe_inputs "
     "at_probe probe_differences in_range out_of_range probe_check input_axes input_shapes plain python_state "
     "per_call_changes check main".split())
 """Names the script defines: an inlined class or a Dim's variable must not take one."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import importlib
 import inspect
 import os
@@ -17,7 +18,7 @@ import symtable
 import sys
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .script import RESERVED
 
@@ -147,6 +148,71 @@ def model_block(module: Any) -> tuple[str, dict[str, Any], bool, bool, set[str],
                                              f"the module ({type(module).__qualname__}) needs no file of yours")
 
 
+def imported_by(module: Any, consts: dict[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    """What the script imports, computed: (the packages, as ``name version``, torch first: those pickle names a
+    class or function of, and, where the script imports the user's files, those the files import at their top;
+    the user's files it imports by path, and the folders it puts on ``sys.path``)."""
+    refs = _References()
+    refs.dump(module)
+    owners = [getattr(o, "__module__", None) for o in refs.found]
+    roots = {"torch"} | {_root(o) for o in owners if isinstance(o, str) and _user_module(o) is None}
+    files = [file for _, file in consts.get("MODULES", [])]
+    for name, _ in consts.get("MODULES", []):
+        for value in vars(sys.modules[name]).values():
+            owner = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+            if isinstance(owner, str) and _user_module(owner) is None:
+                roots.add(_root(owner))
+    roots -= {None, "builtins", "__future__", "__main__", *sys.stdlib_module_names,
+              *(_root(n) for n, _ in consts.get("MODULES", []))}
+    packages = [_versioned(r) for r in sorted(roots, key=lambda r: (r != "torch", r))]
+    return packages, files, list(consts.get("SEARCH_PATH", []))
+
+
+def _root(name: str | None) -> str | None:
+    return name.split(".")[0] if isinstance(name, str) and name else None
+
+
+def _versioned(root: str) -> str:
+    """``transformers 4.46.0``: the installed distribution that provides an import name, with its version."""
+    from importlib import metadata
+
+    try:
+        dists = metadata.packages_distributions().get(root) or [root]
+        return f"{dists[0]} {metadata.version(dists[0])}"
+    except Exception:  # noqa: BLE001 - a package that is no installed distribution (a checkout on sys.path)
+        version = getattr(sys.modules.get(root), "__version__", None)
+        return f"{root} {version}" if version else root
+
+
+@contextlib.contextmanager
+def meta_weights(module: Any) -> Iterator[dict[str, Any]]:
+    """The module's parameters and buffers swapped for meta tensors of their shapes while it is pickled, so that
+    its pickle holds no weights; yields them by the name of their first slot (``named_modules`` order, as the
+    script walks them back in); a tensor in two slots (tied weights) is one meta tensor in both. Put back after.
+    A tensor subclass other than a parameter stays as it is (pickled whole)."""
+    import torch
+
+    slots: list[tuple[dict[str, Any], str, Any]] = []
+    made: dict[int, tuple[str, Any, Any]] = {}
+    try:
+        for prefix, sub in module.named_modules(remove_duplicate=False):
+            for store in (sub._parameters, sub._buffers):
+                for key, t in list(store.items()):
+                    if t is None or type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_meta:
+                        continue
+                    if id(t) not in made:
+                        meta = torch.empty_like(t, device="meta")
+                        if isinstance(t, torch.nn.Parameter):
+                            meta = torch.nn.Parameter(meta, requires_grad=t.requires_grad)
+                        made[id(t)] = (f"{prefix}.{key}" if prefix else key, t, meta)
+                    slots.append((store, key, t))
+                    store[key] = made[id(t)][2]
+        yield {name: t.detach() for name, t, _ in made.values()}
+    finally:
+        for store, key, t in reversed(slots):
+            store[key] = t
+
+
 def _import_root(m: types.ModuleType) -> str:
     """The folder ``m``'s dotted name is relative to."""
     path = Path(m.__file__).resolve()
@@ -248,4 +314,4 @@ def _import_line(name: str, value: Any) -> str | None:
     return None if name in RESERVED else f"from {owner} import {qual}" + ("" if qual == name else f" as {name}")
 
 
-__all__ = ["NotScriptable", "render_dynamic_shapes", "model_block"]
+__all__ = ["NotScriptable", "render_dynamic_shapes", "model_block", "imported_by", "meta_weights"]

@@ -1,9 +1,10 @@
-"""``--export-repro DIR``: a standalone repro script (torch only) for every failing case, to attach to a torch bug
-report.
+"""``--export-repro DIR``: a standalone repro script for every failing case, to attach to a torch bug report; its
+header names exactly the packages and the user's files it imports (``source.imported_by``).
 
 For a case with a ``failed`` or ``xfailed`` stage (a known, baselined or ``xfail=`` failure included; ``error`` is
 the harness's own and gets none), the first such stage the script can check (``script.SCRIPTED``) is the one
-it checks. ``DIR/<nodeid, sanitized>.pt`` holds the module (pickled), its example inputs and, for ``guards``,
+it checks. ``DIR/<nodeid, sanitized>.pt`` holds the module (pickled without its weights: ``source.meta_weights``;
+beside it, ``.weights.pt`` where the check compares numbers), its example inputs and, for ``guards``,
 ``fuzz`` and ``retrace`` at other sizes, the failing probe's inputs as the harness built them (its sizes, its
 seed); ``DIR/<name>.py`` holds the check. The module's classes are copied into the script where they are
 self-contained (only torch, the standard library, literal constants and each other); else the script imports
@@ -23,10 +24,11 @@ from typing import Any
 
 from ..declare.options import CaseOptions
 from ..results import FAILED, XFAILED, CaseResult
-from ..util import describe_exception
+from ..probes.cost import format_bytes
+from ..util import describe_exception, plural
 from .checks import CHECKS
 from .script import SCRIPTED, assemble, comment
-from .source import NotScriptable, model_block, render_dynamic_shapes
+from .source import NotScriptable, imported_by, meta_weights, model_block, render_dynamic_shapes
 
 MARK = "# pytest-export repro script"
 MAX_SAVED_BYTES = 256 * 2**20  # a probe's inputs above this are saved as shapes and run with fake tensors
@@ -84,6 +86,7 @@ def _remove_stale(folder: Path, name: str) -> None:
     if script.is_file() and MARK in script.read_text(errors="replace")[:300]:
         script.unlink()
         (folder / f"{name}.pt").unlink(missing_ok=True)
+        (folder / f"{name}.weights.pt").unlink(missing_ok=True)
 
 
 # ---- what the script checks ----------------------------------------------------------------------------------
@@ -235,20 +238,32 @@ def _write(folder: Path, name: str, case: Any, options: CaseOptions, result: Cas
     import torch
 
     folder.mkdir(parents=True, exist_ok=True)
+    weights_path = folder / f"{name}.weights.pt"
+    weights_path.unlink(missing_ok=True)  # an earlier run's, for another failure
+    numeric = _needs_values(check, result.stages[stage].data)
     try:
-        torch.save({"module": case.module, "args": tuple(case.args), "kwargs": dict(case.kwargs), "probe": probe},
-                   folder / f"{name}.pt")
+        with meta_weights(case.module) as tensors:
+            kept = {n: t for n, t in tensors.items() if not (t.is_floating_point() or t.is_complex())}
+            floating = {n: t for n, t in tensors.items() if n not in kept}
+            saved = floating if numeric else {}
+            torch.save({"module": case.module, "args": tuple(case.args), "kwargs": dict(case.kwargs), "probe": probe,
+                        "kept": kept}, folder / f"{name}.pt")
+        if saved:
+            torch.save(saved, weights_path)  # plain tensors: the script loads them with weights_only=True
     except Exception as exc:  # noqa: BLE001 - a class defined inside a function, a lambda attribute
         (folder / f"{name}.pt").unlink(missing_ok=True)
+        weights_path.unlink(missing_ok=True)
         raise NotScriptable(f"torch.save cannot save the module or its inputs: {describe_exception(exc, 300)}")
     model, consts, inlined, future, taken, model_note = model_block(case.module)
+    packages, files, search = imported_by(case.module, consts)
     dims, dims_note = render_dynamic_shapes(_declared(options.dynamic_shapes, case), taken)
     s = result.stages[stage]
     notes = [n for n in (model_note, dims_note) if n]
     header = "\n".join([
         "#!/usr/bin/env python3",
-        f"{MARK}: standalone, torch only;",
-        f"# attach it and {name}.pt to a torch bug report.",
+        f"{MARK}: standalone, needs {', '.join(packages)}" + (f" and {plural(len(files), 'file')} of yours"
+                                                               if files else " only") + ";",
+        f"# attach it and {name}.pt{f' and {weights_path.name}' if saved else ''} to a torch bug report.",
         "#",
         f"# case:    {result.nodeid}",
         f"# stage:   {stage} ({s.status})" + (f"; also failing: {', '.join(others)}" if others else ""),
@@ -256,8 +271,17 @@ def _write(folder: Path, name: str, case: Any, options: CaseOptions, result: Cas
            f"with seed {probe['seed']}{', run with fake tensors' if probe['fake'] else ''})"] if probe else []),
         f"# torch:   {torch.__version__} when written (python {platform.python_version()})",
         f"# written: by pytest-export {_version()} (pytest --export-check --export-repro)",
-        f"# inputs:  {name}.pt beside this script: the module (pickled), its example inputs"
+        f"# needs:   {', '.join(packages)} (as installed when written; the script imports nothing else"
+        + (", but the files below import what they import)" if files else ")"),
+        *(f"# imports: {f}" for f in files),
+        *(f"# imports: {p} (put on sys.path)" for p in search),
+        f"# inputs:  {name}.pt beside this script: the module (pickled, its weights left out), its example inputs"
         + (" and the probe's" if probe else ""),
+        (f"# weights: {weights_path.name} beside it ({format_bytes(weights_path.stat().st_size)}, loaded with "
+         "weights_only=True): the check compares numbers" if saved else
+         "# weights: not saved: this check's failure does not depend on their values; the script fills them with "
+         "seeded random values (integer buffers are saved)" if floating else
+         "# weights: none (the module has no floating-point parameters or buffers)"),
         *(f"# note:    {n}" for n in notes),
         "#",
         "# what the harness reported:",
@@ -266,7 +290,7 @@ def _write(folder: Path, name: str, case: Any, options: CaseOptions, result: Cas
         f"# run:     python {name}.py   (from any directory)",
         "#          prints REPRODUCED: ... and exits 1 where the failure reproduces, NOT REPRODUCED: ... and 0 where not",
     ])
-    consts = {"INPUTS": f"{name}.pt", "STAGE": stage, "STRICT": bool(options.strict), "RTOL": options.rtol,
+    consts = {"INPUTS": f"{name}.pt", "WEIGHTS": weights_path.name if saved else None, "STAGE": stage, "STRICT": bool(options.strict), "RTOL": options.rtol,
               "ATOL": options.atol, "DEVICE": options.device, "SEED": 0x5EED,
               "PRESERVE": tuple(options.preserve_module_call_signature), **extra, **consts}
     if probe:
@@ -276,6 +300,13 @@ def _write(folder: Path, name: str, case: Any, options: CaseOptions, result: Cas
     path = folder / f"{name}.py"
     path.write_text(text)
     return path
+
+
+def _needs_values(check: str, data: dict[str, Any]) -> bool:
+    """Whether a check's failure can depend on the weights' values: not where only export runs (``export``,
+    ``axes``), nor where ``torch.export.save``/``load`` or ``run_decompositions()`` raised or left non-core ops."""
+    return not (check in ("export", "axes") or (check == "serde" and data.get("signature") in ("save", "load"))
+                or (check == "decomp" and data.get("signature") in ("decompose", "non-core")))
 
 
 def _version() -> str:
