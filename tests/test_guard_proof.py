@@ -210,6 +210,17 @@ def test_the_terminal_says_the_guards_were_proved(pytester):
     out.stdout.fnmatch_lines(["*guards proved over every declared size: 1 of 1 cases with dynamic shapes*"])
 
 
+def test_a_static_case_has_no_range_to_prove_and_says_nothing_of_it():
+    """No axis declared dynamic: no proof is owed, so no "not proved" line (it would keep every static run from
+    its one green line)."""
+    from pytest_export.report.summary import needs_attention, proof_lines
+
+    res = check(Plain(), (torch.randn(4, 8),))
+    assert res.outcome == "passed" and "proof" not in res.stages["guards"].data
+    case = res.to_json()
+    assert not proof_lines([case]) and not needs_attention([case])
+
+
 class ChecksFive(torch.nn.Module):
     def forward(self, x):
         torch._check(x.shape[0] != 5)

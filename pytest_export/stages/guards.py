@@ -146,11 +146,14 @@ def run(ctx: Context) -> dict[str, Any]:
         data["below_min"] = [{"probe": r["probe"], "what": r["below_min"]} for r in records if "below_min" in r]
     names = {v.symbol: "/".join(v.names) for v in model.vars}
     proved_lines = _proof_lines(proof, witnesses, verdicts, probes) if proof is not None else []
-    # where no proof could be built, the report says so: a harness limit is never read as a proof (#41)
-    data["proof"] = proof.to_dict() if proof is not None else {
-        "proved": False, "sizes": None, "guards": None,
-        "line": "guards: not proved (torch's record of the program's guards could not be read): sampled by the "
-                "probes only"}
+    # where no proof could be built, the report says so: a harness limit is never read as a proof (#41); where no
+    # axis is declared dynamic there is no range to prove, and nothing is said
+    if proof is not None:
+        data["proof"] = proof.to_dict()
+    elif any(v.promised for v in model.vars):
+        data["proof"] = {"proved": False, "sizes": None, "guards": None,
+                         "line": "guards: not proved (torch's record of the program's guards could not be read): "
+                                 "sampled by the probes only"}
     failures += [(line, REFUSED_IN_RANGE) for line in proved_lines]
     said: set[str] = set()
     for why in explained:
