@@ -144,6 +144,9 @@ class CaseResult:
         lines = [coverage_line(row) for row in cov.get("dims", [])]
         if isinstance(cov.get("guards"), dict) and cov["guards"].get("line"):
             lines.append(str(cov["guards"]["line"]))
+        plan = cov.get("plan") if isinstance(cov.get("plan"), dict) else {}
+        if plan.get("cut"):
+            lines.append(f"numerics cut: {plan['cut']}: sizes planned numeric after it ran by shape only")
         if cov.get("fake_problem"):
             lines.append(f"fake tensors cannot run this model ({cov['fake_problem']}): numerics only")
         for name in RUNTIME_STAGES:  # a deployment runtime run short of the sizes numerics reached (its memory plan)

@@ -59,7 +59,7 @@ def choose(plan: Callable[[dict[str, int] | None], tuple[Any, int]], cap: int, e
             return None  # not even the example's sizes
         else:
             hi = share
-    if best is not None:
+    if best is not None and need_at_top != declared:  # the largest sizes run are below the declared max
         best.why += f"; at {described(top)} ~{format_bytes(need_at_top)}"
     return best
 

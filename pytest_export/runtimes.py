@@ -10,7 +10,6 @@ with an out-of-range size (``refusals``), what it records (``finish``) and how i
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from .compare import Mismatch, compare_leaves, default_tolerances
@@ -71,7 +70,7 @@ class RuntimeChecks:
         """The runtime's outputs on these inputs, as the tree ``like`` (eager's outputs) holds them."""
         raise NotImplementedError
 
-    def refusals(self, outside: list[tuple[str, Any]], t0: float, allowance: float | None) -> tuple[int, list[str]]:
+    def refusals(self, outside: list[tuple[str, Any]], allowance: "Allowance") -> tuple[int, list[str]]:
         """Out-of-range sizes the program refused, in the runtime: (how many it refused, those it accepted)."""
         raise NotImplementedError
 
@@ -173,10 +172,10 @@ class RuntimeChecks:
         want = ctx.reference() if exported_ok else ctx.program_on(ctx.ep, args, kwargs)
         self.compare(EXAMPLE, args, kwargs, want, against)
         self.before_sizes()
-        allowance = ctx.options.budget * PROBE_BUDGET_SHARE if ctx.options.budget else None
-        t0, checked, left = time.perf_counter(), [], 0
+        allowance = Allowance(ctx.options.budget * PROBE_BUDGET_SHARE if ctx.options.budget else None)
+        checked, left = [], 0
         for label, probe in inside[:MAX_SIZE_CHECKS]:
-            if out_of_time(t0, allowance):
+            if not allowance.take(probe):
                 left += 1
                 continue
             a, k = probe.real()
@@ -187,7 +186,7 @@ class RuntimeChecks:
                 continue
             self.compare(label, a, k, want, "eager")
             checked.append(label)
-        refused, accepted = self.refusals(outside[:MAX_REFUSAL_CHECKS], t0, allowance)
+        refused, accepted = self.refusals(outside[:MAX_REFUSAL_CHECKS], allowance)
         self.data.update(sizes_checked=len(checked), sizes=checked, refused=refused, accepted_out_of_range=accepted)
         left += max(0, len(inside) - MAX_SIZE_CHECKS)
         if left:
@@ -207,8 +206,22 @@ def tolerance_text(tolerance: dict[str, list[float]] | None) -> str:
     return "; tolerance " + ", ".join(f"rtol {r:.0e}, atol {a:.0e} ({dtype})" for dtype, (r, a) in tolerance.items())
 
 
-def out_of_time(t0: float, allowance: float | None) -> bool:
-    return allowance is not None and time.perf_counter() - t0 > allowance
+class Allowance:
+    """The nominal seconds a runtime's size checks may take (a quarter of the case's budget; None: no limit), spent
+    by each size's predicted cost (its probe's plan), so that the same sizes are checked on any machine under any
+    load (issue #43)."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds, self.spent = seconds, 0.0
+
+    def take(self, probe: Any) -> bool:
+        """Whether ``probe`` fits what is left; if so it is spent."""
+        plan = getattr(probe, "plan", None)
+        cost = plan.seconds if plan is not None else 0.0
+        if self.seconds is not None and self.spent + cost > self.seconds:
+            return False
+        self.spent += cost
+        return True
 
 
-__all__ = ["RuntimeChecks", "RUNTIME_TOLERANCES", "runtime_tolerance", "tolerance_text", "MAX_SIZE_CHECKS", "MAX_REFUSAL_CHECKS", "EXAMPLE", "out_of_time"]
+__all__ = ["RuntimeChecks", "RUNTIME_TOLERANCES", "runtime_tolerance", "tolerance_text", "MAX_SIZE_CHECKS", "MAX_REFUSAL_CHECKS", "EXAMPLE", "Allowance"]

@@ -276,8 +276,63 @@ def test_the_budget_clock_counts_probing_only():
         time.sleep(0.05)
         with costs.probing():  # nested: counted once
             time.sleep(0.05)
-    assert 0.1 <= costs.used() < 0.15
-    assert costs.left() == pytest.approx(10.0 - costs.used())
+    assert 0.1 <= costs.wall() < 0.15
+    # the budget is spent by the plan, not the clock (issue #43): nothing planned, nothing spent
+    assert costs.used() == 0.0 and costs.left() == 10.0
+
+
+class Busy(torch.nn.Module):
+    """A busy machine, as far as this model can tell: every real forward takes 0.2 s longer than its FLOPs say."""
+
+    def __init__(self, busy: bool):
+        super().__init__()
+        self.busy = busy
+        self.linear = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        if self.busy and not isinstance(x, torch._subclasses.FakeTensor):
+            time.sleep(0.2)
+        return self.linear(x).relu()
+
+
+def _plan_of(result) -> list:
+    probes = [(p["probe"], p["mode"]) for p in result.stages["guards"].data["probe_list"]]
+    drawn = result.stages["fuzz"].data.get("drawn", [])
+    return [probes, drawn, [row.get("numeric_max") for row in result.info["ranges"]["dims"]]]
+
+
+def test_the_plan_is_the_same_on_a_busy_machine_and_an_idle_one():
+    """Which sizes run with real tensors is decided from counted cost, never the clock: the same case on an idle
+    and a busy machine checks the same sizes the same way, fuzz draws the same examples, and the report records
+    the plan (issue #43: 3 of 25 examples busy, 25 of 25 idle)."""
+    shapes = {"x": {0: Dim("b", min=1, max=512)}}
+    runs = []
+    for busy in (False, True):
+        torch.manual_seed(0)
+        runs.append(pytest_export.check(Busy(busy), (torch.randn(4, 16),), dynamic_shapes=shapes, budget=1.0,
+                                        seed=7, examples=10, session=SessionOptions(check=True)))
+    idle, loaded = runs
+    assert idle.outcome == loaded.outcome == "passed"
+    assert _plan_of(idle) == _plan_of(loaded)
+    assert len(idle.stages["fuzz"].data["drawn"]) == 10
+    plan = loaded.info["ranges"]["plan"]
+    assert plan["basis"] == "counted" and plan["predicted_s"] == idle.info["ranges"]["plan"]["predicted_s"]
+    assert plan["wall_s"] > idle.info["ranges"]["plan"]["wall_s"]
+
+
+def test_the_wall_clocks_safety_net_cuts_numerics_and_says_so(monkeypatch):
+    from pytest_export.probes import cost
+
+    monkeypatch.setattr(cost, "WALL_SLACK", 0.0)
+    monkeypatch.setattr(cost, "WALL_FACTOR", 0.5)
+    result = pytest_export.check(Busy(True), (torch.randn(4, 16),), dynamic_shapes={"x": {0: Dim("b", min=1, max=512)}},
+                                 budget=1.0, seed=7, examples=5, session=SessionOptions(check=True))
+    plan = result.info["ranges"]["plan"]
+    assert "the wall clock's safety net" in plan["cut"], plan
+    assert any(line.startswith("numerics cut: the wall clock's safety net") for line in result.coverage_lines())
+    strict = pytest_export.check(Busy(True), (torch.randn(4, 16),), dynamic_shapes={"x": {0: Dim("b", min=1, max=512)}},
+                                 budget=1.0, seed=7, examples=5, require_numerics=True, session=SessionOptions(check=True))
+    assert strict.outcome == "error" and "numerics were cut short of the plan" in strict.error
 
 
 def test_a_default_budget_is_raised_to_afford_the_edges_and_a_given_one_is_kept():

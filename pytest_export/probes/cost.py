@@ -80,12 +80,14 @@ def tally_mode():
             super().__init__()
             self.live = self.peak = self.total = 0
             self.flops = 0.0  # attention kernels FlopCounterMode has no formula for (CPU flash attention)
+            self.ops = 0  # operators dispatched: each costs its call overhead, whatever its size
 
         def _free(self, n: int) -> None:
             self.live -= n
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
+            self.ops += 1
             if "attention" in func.__name__ and func.overloadpacket not in flop_registry:
                 self.flops += attention_flops(args)
             hidden = hidden_scores(func.overloadpacket.__name__, args)  # made and freed inside the kernel
@@ -107,32 +109,16 @@ def tally_mode():
 
 
 MEMORY_MARGIN = 1.5  # resident growth over the live tensors counted (workspaces, rounding): 1.0-1.3x measured
-RATE_DERATE = 0.25  # the share of a large matmul's rate (and a large copy's) a model's kernels are assumed to reach
-ACHIEVED_RATE_AFTER = 0.02  # seconds: an example forward at least this long gives the model's own FLOP rate
-_RATES: list[tuple[float, float]] = []
-
-
-def machine_rates() -> tuple[float, float]:
-    """(FLOP/s of a 512 x 512 fp32 matmul, bytes/s of a 16 MB copy) on this process's threads, measured once per
-    process (a few milliseconds)."""
-    if not _RATES:
-        import torch
-
-        a = torch.randn(512, 512)
-        big = torch.empty(4 * 2**20)
-        a @ a  # warm up
-        t0 = time.perf_counter()
-        for _ in range(4):
-            a @ a
-        mm = 4 * 2 * 512**3 / max(time.perf_counter() - t0, 1e-6)
-        t0 = time.perf_counter()
-        for _ in range(4):
-            big.clone()
-        copy = 4 * 2 * big.numel() * 4 / max(time.perf_counter() - t0, 1e-6)
-        _RATES.append((mm, copy))
-    return _RATES[0]
-
-
+# the deterministic plan (issue #43): a probe's cost in nominal seconds, from what its fake run counted (FLOPs, bytes
+# made, operators dispatched) at fixed rates, so that the same commit plans the same sizes on any machine under any
+# load. The rates are a modest CPU's (two cores): a budget's seconds are about real seconds there
+NOMINAL_FLOPS = 2e10  # FLOP/s
+NOMINAL_BYTES = 4e9  # bytes made per second
+NOMINAL_OP_S = 2e-5  # seconds of call overhead per operator of a real forward
+NOMINAL_FAKE_OP_S = 2e-4  # seconds per operator of a fake forward (a probe checked by shape)
+# the wall clock's safety net: probing that has taken this many times the budget (plus the slack) plans no more
+# numerics; the case says so (``Costs.cut``)
+WALL_FACTOR, WALL_SLACK = 4.0, 30.0
 @dataclasses.dataclass
 class Measure:
     """What one forward call did, counted: FLOPs, peak and total bytes of the tensors it made, the bytes of its
@@ -144,6 +130,16 @@ class Measure:
     inputs: int
     seconds: float | None = None
     kept: int = 0
+    ops: int = 0  # operators dispatched
+
+    def nominal(self) -> float:
+        """Seconds one forward takes at the nominal rates: a function of what was counted, never of the machine
+        or its load (what the deterministic plan is made of)."""
+        return self.flops / NOMINAL_FLOPS + self.total / NOMINAL_BYTES + self.ops * NOMINAL_OP_S
+
+    @property
+    def counted(self) -> bool:
+        return bool(self.flops or self.total or self.ops)
 
 
 class counted:
@@ -169,7 +165,7 @@ class counted:
         suppressed = self._stack.__exit__(*exc)
         m = self.measure
         m.flops = float(self._flops.get_total_flops()) + self._tally.flops
-        m.peak, m.total, m.kept = self._tally.peak, self._tally.total, self._tally.live
+        m.peak, m.total, m.kept, m.ops = self._tally.peak, self._tally.total, self._tally.live, self._tally.ops
         m.seconds = None if self._fake_mode is not None else seconds
         return bool(suppressed)
 
@@ -211,6 +207,8 @@ class Costs:
     known: list[tuple[dict[str, int], float, int]] = dataclasses.field(default_factory=list)
     probes: dict[str, int] = dataclasses.field(default_factory=lambda: {FAKE: 0, NUMERIC: 0})
     largest: dict[str, Any] = dataclasses.field(default_factory=dict)  # the numeric probe predicted to need most
+    planned: float = 0.0  # nominal seconds of the probes planned so far: what the budget is spent by (issue #43)
+    cut: str = ""  # where the wall clock's safety net stopped numerics (then the plan is no longer the same anywhere)
 
     # the clock: the budget counts probing only (issue #31): the forward calls at sizes other than the example's and the fake
     # runs that predict their cost. export, compare, save/load, decomp and a stage's own fixed work (a re-export,
@@ -228,8 +226,19 @@ class Costs:
             self.spent_s += time.perf_counter() - self._since
             self._since = None
 
-    def used(self) -> float:
+    def wall(self) -> float:
+        """Seconds of probing on the wall clock: recorded, and the safety net's measure, never the plan's."""
         return self.spent_s + (time.perf_counter() - self._since if self._since is not None else 0.0)
+
+    def used(self) -> float:
+        """The budget spent: the nominal seconds of the probes planned so far (``charge``), the same on any machine
+        under any load (issue #43: a busy machine ran 3 of 25 fuzz examples, an idle one 25)."""
+        return self.planned
+
+    def charge(self, plan: "Plan", ops: int = 0) -> None:
+        """A planned probe's nominal cost: its numeric run's, or a fake run's (``ops`` operators) where it runs by
+        shape."""
+        self.planned += plan.seconds if plan.mode == NUMERIC else 2 * ops * NOMINAL_FAKE_OP_S
 
     def left(self) -> float | None:
         return None if self.budget is None else self.budget - self.used()
@@ -237,34 +246,41 @@ class Costs:
     def spent(self) -> bool:
         return self.budget is not None and self.budget - self.used() <= 0
 
+    def wall_cut(self) -> str:
+        """Why the wall clock's safety net stops numerics now ("" where it does not): probing ran past
+        ``WALL_FACTOR`` times the budget (and ``WALL_SLACK`` s), a model far costlier than counted."""
+        if self.budget is None or self.wall() <= WALL_FACTOR * self.budget + WALL_SLACK:
+            return ""
+        self.cut = self.cut or (f"the wall clock's safety net: probing ran past {self.wall():.0f} s, "
+                                f"{WALL_FACTOR:g}x the budget of {self.budget:g} s and {WALL_SLACK:g} s more")
+        return self.cut
+
     # prediction ----------------------------------------------------------------------------------
     def predict(self, probe: Measure | None, ratio: float) -> tuple[float, int]:
         """(seconds, bytes) of a numeric run of one probe: eager, then the program while eager's outputs are held.
 
-        From the fake count where there is one: the example's real time, plus the FLOPs and bytes the probe adds
-        over the example's at this machine's measured rates (``machine_rates``, derated: not every kernel runs
-        as fast as a large matmul); memory from the fake count, scaled by the example's real peak over its fake
-        one. Without one (fake tensors cannot run the model, or higher-order ops), the example's time and
-        real peak scaled by ``ratio`` (the probe's input bytes over the example's) squared: attention-like costs
-        grow that fast."""
+        Time in nominal seconds (``Measure.nominal``: counted FLOPs, bytes and operators at fixed rates), from the
+        probe's fake count, the same on any machine under any load (issue #43); memory from the fake count, scaled
+        by the example's real peak over its fake one. Without a count of the probe (fake tensors cannot run it,
+        or higher-order ops), the example's scaled by ``ratio`` (the probe's input bytes over the example's)
+        squared: attention-like costs grow that fast. Only where nothing of the example could be counted is its
+        measured time the base (``basis``: "measured")."""
         ex = self.example
-        if ex is None or not ex.seconds:
+        if ex is None or not (ex.seconds or ex.counted):
             return 0.0, 0
-        if probe is None:
+        if probe is None or not probe.counted:
             grow = max(1.0, ratio) ** 2
-            return 2 * ex.seconds * grow, int((2 * self.real_peak + 3 * ex.inputs) * grow)
-        flops_per_s, bytes_per_s = machine_rates()
-        flops_per_s *= RATE_DERATE
-        if ex.seconds >= ACHIEVED_RATE_AFTER and ex.flops:
-            # a model whose example runs long enough reaches at least that rate at larger sizes (issue #31: the
-            # derated matmul rate put a ViT-B/16's batch of 64 at 4x its real cost, doubling the case's time)
-            flops_per_s = max(flops_per_s, ex.flops / ex.seconds)
-        extra = (max(0.0, probe.flops - ex.flops) / flops_per_s
-                 + max(0, probe.total - ex.total) / (bytes_per_s * RATE_DERATE))
+            base = ex.nominal() if ex.counted else (ex.seconds or 0.0)
+            return 2 * base * grow, int((2 * self.real_peak + 3 * ex.inputs) * grow)
         # one forward's live tensors and eager's outputs beside the program's forward, with a margin (issue #31:
         # twice the peak put ResNet-50's batch edge, 0.78 GB in raw torch, at 1.63 GB)
         mem_ratio = max(1.0, self.real_peak / ex.peak) if ex.peak else 1.0
-        return 2 * (ex.seconds + extra), int(MEMORY_MARGIN * (probe.peak + probe.kept) * mem_ratio + 3 * probe.inputs)
+        return 2 * probe.nominal(), int(MEMORY_MARGIN * (probe.peak + probe.kept) * mem_ratio + 3 * probe.inputs)
+
+    @property
+    def basis(self) -> str:
+        """What the plan's times come from: "counted" (deterministic), or "measured" (the example's real time)."""
+        return "counted" if self.example is not None and self.example.counted else "measured"
 
     def size_for_edges(self, seconds: float) -> None:
         """Raise a default budget so that the edges, predicted to take ``seconds`` numeric, fit in it with a margin
@@ -284,6 +300,7 @@ class Costs:
     def decide(self, seconds: float, need: int, fake_ok: bool, budgeted: bool = True, edge: bool = False) -> Plan:
         """The plan of a probe predicted to take ``seconds`` and ``need`` bytes numeric (``plan``)."""
         why = ""
+        cut = self.wall_cut() if budgeted else ""
         if need > self.max_memory:
             why = f"needs ~{format_bytes(need)} > max_memory {format_bytes(self.max_memory)}"
         elif self.budget is not None and budgeted:
@@ -294,6 +311,7 @@ class Costs:
             elif seconds > left:
                 why = "the budget was spent" if left <= 0 else (
                     f"needs ~{format_seconds(seconds)} > the {format_seconds(left)} left of the budget")
+        why = why or cut
         if not why:
             return Plan(NUMERIC, seconds, need)
         return Plan(FAKE if fake_ok else None, seconds, need, why)
@@ -327,6 +345,8 @@ class Costs:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"max_memory": self.max_memory, "probes": dict(self.probes),
                                "budget": self.budget, "budget_spent": round(self.used(), 3),
+                               "plan": {"basis": self.basis, "predicted_s": round(self.planned, 3),
+                                        "wall_s": round(self.wall(), 3), **({"cut": self.cut} if self.cut else {})},
                                "dims": [{k: v for k, v in row.items() if not k.startswith("_")}
                                         for row in self.coverage.values()]}
         out.update({k: getattr(self, k) for k in ("fake_problem", "peak_problem", "largest") if getattr(self, k)})

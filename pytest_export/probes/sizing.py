@@ -176,6 +176,7 @@ def _plan(ctx: Context, sized: Sized, costs: Any) -> Plan:
     plan = _bounded(sized, costs)
     if plan is not None:
         sized.plan = plan
+        costs.charge(plan)
         if sized.in_range:
             _record(costs, sized, plan)
         return plan
@@ -188,6 +189,7 @@ def _plan(ctx: Context, sized: Sized, costs: Any) -> Plan:
     if measured is not None and not sized.override and sized.given is None and sized.values:
         costs.known.append((dict(sized.values), *costs.predict(measured, ratio)))
     sized.plan = plan = costs.plan(measured, ratio, fake_ok, sized.budgeted, edge=sized.edge)
+    costs.charge(plan, (measured.ops if measured is not None else 0) or (costs.example.ops if costs.example else 0))
     if not fake_ok and plan.mode is None:
         first = (sized.eager_fake.message.splitlines() or [""])[0][:200] if sized.eager_fake else costs.fake_problem
         plan.why = f"not checked: fake tensors cannot run it ({first}) and numerics do not fit ({plan.why})"

@@ -43,7 +43,7 @@ from ..lowering import (left_by, lowering_failure, missing_kernels, mutates_stat
                         other_backends, partitioners)
 from ..results import HarnessError
 from ..runtime_memory import Fit, capped_shape_pass, choose, executorch_plan_bytes
-from ..runtimes import EXAMPLE, RuntimeChecks, out_of_time, runtime_tolerance
+from ..runtimes import EXAMPLE, Allowance, RuntimeChecks, runtime_tolerance
 from ..util import describe_exception, plural
 
 INSTALL = 'pip install "pytest-export[executorch]"'
@@ -326,12 +326,12 @@ class _Checks(RuntimeChecks):
     def finish(self) -> dict[str, Any]:
         return {**self.data, **self.worst, "run_s": round(self.run_s, 3)}
 
-    def refusals(self, outside: list[tuple[str, Any]], t0: float, allowance: float | None) -> tuple[int, list[str]]:
+    def refusals(self, outside: list[tuple[str, Any]], allowance: Allowance) -> tuple[int, list[str]]:
         """Out-of-range sizes the program refused, in the runtime: (how many it refused, those it accepted); the
         runtime's reason for each refusal goes to ``refusals``."""
         refused, accepted = 0, []
         for label, probe in outside:
-            if out_of_time(t0, allowance):
+            if not allowance.take(probe):
                 break
             with _native_stderr() as said:
                 try:

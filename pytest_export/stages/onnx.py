@@ -33,7 +33,7 @@ from ..context import Context, Stage, StageFailure, StageSkip
 from ..observe import Observation
 from ..probes.cost import format_bytes
 from ..results import HarnessError
-from ..runtimes import EXAMPLE, RuntimeChecks, out_of_time
+from ..runtimes import EXAMPLE, Allowance, RuntimeChecks
 from ..util import describe_exception
 
 INSTALL = 'pip install "pytest-export[onnx]"'
@@ -275,11 +275,11 @@ class _Checks(RuntimeChecks):
             raise StageFailure("declared-dynamic axes lost in conversion:\n" + "\n".join(f"- {x}" for x in lost),
                                kind="static-axis", lost_axes=lost, **self.finish())
 
-    def refusals(self, outside: list[tuple[str, Any]], t0: float, allowance: float | None) -> tuple[int, list[str]]:
+    def refusals(self, outside: list[tuple[str, Any]], allowance: Allowance) -> tuple[int, list[str]]:
         """Out-of-range sizes the program refused, in ONNX Runtime: (how many it refused, those it accepted)."""
         refused, accepted, inside = 0, [], []
         for label, probe in outside:
-            if out_of_time(t0, allowance):
+            if not allowance.take(probe):
                 break
             feed = self.feed(*probe.real())
             t1 = time.perf_counter()
