@@ -187,15 +187,29 @@ class _Checks(RuntimeChecks):
         self.data["memory"] = {"need": fit.need, "declared_need": fit.declared_need, "max_memory": cap,
                                "bounds": None if fit.bounds is None else
                                {by_root.get(r, r): b for r, b in fit.bounds.items()}}
-        self.bounds = fit.bounds
-        self.load(fit.program)
-        if fit.bounds is None:
-            return inside
-        kept = [(label, p) for label, p in inside if all(p.values.get(k, 0) <= fit.bounds[r] for k, r in roots.items())]
+        self.bounds, self.edge = fit.bounds, None  # the lowered program's weights go before the runtime's come
+        holder, fit.program, program = [fit.program], None, None
+        self.load(holder)
+        kept = [(label, p) for label, p in inside
+                if fit.bounds is None or all(p.values.get(k, 0) <= fit.bounds[r] for k, r in roots.items())]
+        why = [f"run to {described(fit.bounds)} ({fit.why})"] if fit.bounds is not None else []
+        if self.data.get("delegates"):  # a delegate's own workspace at a size: about one forward of eager's there
+            known = self.ctx.calibration.costs().known  # (sizes, seconds, bytes) predicted for eager and program
+
+            def forward(p: Any) -> int:
+                bounds = [need for values, _, need in known if values.keys() >= p.values.keys()
+                          and all(x <= values[k] for k, x in p.values.items())]
+                return min(bounds) // 2 if bounds else 0
+
+            over = [(label, p) for label, p in kept if fit.need + forward(p) > cap]
+            if over:
+                kept = [x for x in kept if all(x[1] is not q for _, q in over)]
+                why.append(f"not where the delegate's workspace too would pass max_memory {format_bytes(cap)}")
         left = [label for label, p in inside if all(p is not q for _, q in kept)]
         if left:
             self.data["not_run"] = left
-        self.data["coverage"] = f"run to {described(fit.bounds)} ({fit.why})"
+        if why:
+            self.data["coverage"] = "; ".join(why)
         return kept
 
     def run(self) -> dict[str, Any]:
@@ -233,9 +247,10 @@ class _Checks(RuntimeChecks):
         au = self.ctx.audit() if self.ctx.declaration is not None else None
         return au.model if au is not None and au.model.vars else None
 
-    def load(self, program: Any) -> None:
-        """Write the ``.pte``, check its operators have kernels, and load it from the file (mapped: its weights
-        are read in place)."""
+    def load(self, holder: list[Any]) -> None:
+        """Write the ``.pte`` (the program taken from ``holder``: no copy of it outlives the write), check its
+        operators have kernels, and load it from the file (mapped: its weights are read in place)."""
+        program = holder.pop()
         out = self.ctx.workdir / "executorch"
         out.mkdir(parents=True, exist_ok=True)
         path = out / "model.pte"
