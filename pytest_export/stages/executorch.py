@@ -179,8 +179,9 @@ class _Checks(RuntimeChecks):
 
         fit = choose(plan, cap, example, largest, described) if example else None
         if fit is None and example:
-            raise StageSkip(f"{self.head(self.data)}not run in the ExecuTorch runtime: its memory plan at the "
-                            f"example's sizes needs more than max_memory {format_bytes(cap)}")
+            raise HarnessError(f"{self.head(self.data)}not run in the ExecuTorch runtime: its memory plan at the "
+                               f"example's sizes needs more than max_memory {format_bytes(cap)}; raise "
+                               "--export-max-memory (max_memory=) to check the runtime")
         if fit is None:  # static shapes: one plan
             program = _plan(self.edge, self.exir, None, self.backends, self.data)
             fit = Fit(None, self.need(program), program, self.need(program))

@@ -64,8 +64,9 @@ def run(ctx: Context) -> dict[str, Any]:
     data["opset"] = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     cap = ctx.calibration.costs().max_memory
     if data["onnx_bytes"] > cap:  # the session's copy of the weights, allocated when it is made
-        raise StageSkip(f"converted in {data['convert_s']:.1f} s; not run in ONNX Runtime: its copy of the weights "
-                        f"needs ~{format_bytes(data['onnx_bytes'])} > max_memory {format_bytes(cap)}")
+        raise HarnessError(f"converted in {data['convert_s']:.1f} s; not run in ONNX Runtime: its copy of the "
+                           f"weights needs ~{format_bytes(data['onnx_bytes'])} > max_memory {format_bytes(cap)}; raise "
+                           "--export-max-memory (max_memory=) to check the runtime")
     t0 = time.perf_counter()
     try:
         options = ort.SessionOptions()
