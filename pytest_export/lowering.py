@@ -38,17 +38,22 @@ def backend_words(backends: tuple[str, ...]) -> str:
     return f"the {' and '.join(names)} partitioner" if names else "the portable kernels alone"
 
 
-def other_backend(ep: Any, backends: tuple[str, ...], attempt: Callable[[Any], str | None],
+def lower(ep: Any, backends: tuple[str, ...]) -> Any:
+    """``ep`` lowered to ExecuTorch's edge dialect with the partitioners of ``backends``."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    return to_edge_transform_and_lower(ep, partitioner=partitioners(backends))
+
+
+def other_backend(backends: tuple[str, ...], attempt: Callable[[tuple[str, ...]], str | None],
                   right: str = "the runtime runs this right") -> tuple[str, dict]:
-    """What the other backend (``other_backends``) says where ``backends`` failed: the program lowered with it, and
-    ``attempt(edge)`` -> None where it runs right, else what went wrong. A sentence for the finding and its record."""
+    """What the other backend (``other_backends``) says where ``backends`` failed: ``attempt(other)`` lowers the
+    program with it and checks it, None where it runs right, else what went wrong (what it raises is its verdict
+    too). A sentence for the finding and its record."""
     other = other_backends(backends)
     keyword = f'executorch="{other[0]}"'
     try:
-        from executorch.exir import to_edge_transform_and_lower
-
-        edge = to_edge_transform_and_lower(ep, partitioner=partitioners(other))
-        wrong = attempt(edge)
+        wrong = attempt(other)
     except Exception as exc:  # noqa: BLE001 - the other backend's own failure is its verdict
         wrong = describe_exception(exc, 300)
     if wrong is None:
@@ -143,5 +148,5 @@ def missing_kernels(program: Any, runtime: Any) -> list[str]:
     return list(dict.fromkeys(n for n in names if n not in known))
 
 
-__all__ = ["PARTITIONERS", "partitioners", "other_backends", "other_backend", "left_by", "lowering_failure",
+__all__ = ["PARTITIONERS", "partitioners", "lower", "other_backends", "other_backend", "left_by", "lowering_failure",
            "op_counts", "missing_kernels", "mutates_state"]

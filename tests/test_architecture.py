@@ -47,7 +47,8 @@ LAYERS: list[list[str]] = [
     ["audit", "report.files", "probes.calibration"],
     # what stages share
     ["probes.strategies", "context"],
-    ["probes.sizing"],
+    # work whose memory must go back when it ends, in a forked child held to the cap
+    ["probes.sizing", "forked"],
     ["probes.choose"],
     # the declaration a failing program really accepts, checked before it is offered; a runtime against eager
     # ExecuTorch's lowering read for findings; a runtime's memory plan held to the cap

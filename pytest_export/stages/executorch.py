@@ -39,14 +39,16 @@ from ..context import Context, Stage, StageFailure, StageSkip
 from ..observe import Observation
 from ..probes.cost import format_bytes
 from ..compare import Mismatch, compare_leaves
-from ..lowering import (left_by, lowering_failure, missing_kernels, mutates_state, op_counts, other_backend,
-                        other_backends, partitioners)
+from ..forked import Watched, in_child
+from ..lowering import (left_by, lower, lowering_failure, missing_kernels, mutates_state, op_counts, other_backend,
+                        partitioners)
 from ..results import HarnessError
 from ..runtime_memory import Fit, capped_shape_pass, choose, executorch_plan_bytes
 from ..runtimes import EXAMPLE, Allowance, RuntimeChecks, runtime_tolerance
 from ..util import describe_exception, plural
 
 INSTALL = 'pip install "pytest-export[executorch]"'
+LOWERING_S = 1800.0  # the lowering's child is stopped past this, where the case's own time limit has not stopped it
 _REASON = re.compile(r"\[(?!cpuinfo)[\w.]+:\d+\] ([^\n]+)")  # the runtime's first log line, not cpuinfo's
 
 
@@ -57,19 +59,11 @@ def run(ctx: Context) -> dict[str, Any]:
         importlib.import_module("executorch")  # first: a missing package is one line, whatever was loaded before
         exir = importlib.import_module("executorch.exir")
         runtime = importlib.import_module("executorch.runtime").Runtime.get()
-        chosen = partitioners(backends)
+        partitioners(backends)
     except ImportError as exc:
         raise StageSkip(f"the executorch stage needs executorch, which is not installed ({exc}): {INSTALL}")
     data: dict[str, Any] = {"backends": list(backends), "import_s": round(time.perf_counter() - t0, 3)}
-    try:
-        edge = _lower(ctx, exir, chosen, backends, data)
-    except StageFailure as exc:
-        def attempt(edge: Any) -> str | None:
-            missing = missing_kernels(_plan(edge, exir, None, backends, {}), runtime)
-            return f"the runtime has no kernel for {', '.join(missing)}" if missing else None
-
-        raise _told(exc, *other_backend(ctx.ep, backends, attempt, "it lowers"))
-    return _Checks(ctx, edge, exir, runtime, data).run()
+    return _Checks(ctx, exir, runtime, data).run()
 
 
 def _told(exc: StageFailure, text: str, record: dict[str, Any]) -> StageFailure:
@@ -77,16 +71,22 @@ def _told(exc: StageFailure, text: str, record: dict[str, Any]) -> StageFailure:
     return StageFailure(str(exc) + text, kind=exc.kind, **{**exc.data, "other_backend": record})
 
 
-def _lower(ctx: Context, exir: Any, partitioners: list[Any], backends: tuple[str, ...], data: dict[str, Any]) -> Any:
+def _lower(ctx: Context, exir: Any, runtime: Any, backends: tuple[str, ...], data: dict[str, Any]) -> Any:
     """The program lowered to ExecuTorch's edge dialect with the backends' partitioners (planned later, at the
-    bounds that fit the memory cap: ``_Checks.fit``)."""
+    bounds that fit the memory cap: ``_Checks.fit``); a failure says what the other backend does."""
     t0 = time.perf_counter()
     try:
-        edge = exir.to_edge_transform_and_lower(ctx.ep, partitioner=partitioners)
+        edge = lower(ctx.ep, backends)
         data.update(op_counts(edge.exported_program().graph_module))
     except Exception as exc:  # noqa: BLE001 - what ExecuTorch cannot lower is the finding
         data["lower_s"] = round(time.perf_counter() - t0, 3)
-        raise lowering_failure(exc, backends, data)
+        failure = lowering_failure(exc, backends, data)
+
+        def attempt(other: tuple[str, ...]) -> str | None:
+            missing = missing_kernels(_plan(lower(ctx.ep, other), exir, None, other, {}), runtime)
+            return f"the runtime has no kernel for {', '.join(missing)}" if missing else None
+
+        raise _told(failure, *other_backend(backends, attempt, "it lowers")) from None
     data["lower_s"] = round(time.perf_counter() - t0, 3)
     return edge
 
@@ -141,11 +141,11 @@ class _Checks(RuntimeChecks):
     RUNTIME = "the ExecuTorch runtime"
     LARGEST_FIRST = True  # a dynamic dim is an upper-bounded memory plan: its largest size first
 
-    def __init__(self, ctx: Context, edge: Any, exir: Any, runtime: Any, data: dict[str, Any]):
+    def __init__(self, ctx: Context, exir: Any, runtime: Any, data: dict[str, Any]):
         from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
         super().__init__(ctx, data)
-        self.edge, self.exir, self.runtime, self.loaded, self.method, self.run_s = edge, exir, runtime, None, None, 0.0
+        self.exir, self.runtime, self.loaded, self.method, self.run_s = exir, runtime, None, None, 0.0
         self.calls, self.bounds, self.last = 0, None, None
         self.backends = tuple(data["backends"])
         sig = ctx.ep.graph_signature
@@ -157,10 +157,10 @@ class _Checks(RuntimeChecks):
         self.stateful = mutates_state(ctx.ep)
 
     # the memory plan, held to the cap ----------------------------------------------------------------------
-    def need(self, program: Any) -> int:
+    def need(self, program: Any, data: dict[str, Any]) -> int:
         """Bytes the runtime allocates for ``program``: its planned buffers, and the backends' copy of their
         weights (XNNPACK packs them at load; the portable kernels read them in place from the mapped file)."""
-        return executorch_plan_bytes(program) + int(self.data.get("delegate_bytes", 0))
+        return executorch_plan_bytes(program) + int(data.get("delegate_bytes", 0))
 
     def fit(self, inside: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
         cap, model = self.ctx.calibration.costs().max_memory, self.model()
@@ -169,28 +169,49 @@ class _Checks(RuntimeChecks):
         largest = {roots[k]: max(p.values[k] for _, p in inside if k in p.values) for k in roots
                    if any(k in p.values for _, p in inside)}
         by_root = {roots[v.symbol]: "/".join(v.names) for v in model.vars} if model is not None else {}
-
-        def plan(bounds: dict[str, int] | None) -> tuple[Any, int]:
-            program = _plan(self.edge, self.exir, bounds, self.backends, self.data)
-            return program, self.need(program)
+        path = self.ctx.workdir / "executorch" / "model.pte"
+        path.parent.mkdir(parents=True, exist_ok=True)
 
         def described(bounds: dict[str, int]) -> str:
             return ", ".join(f"{by_root.get(r, r)}={b}" for r, b in bounds.items())
 
-        fit = choose(plan, cap, example, largest, described) if example else None
-        if fit is None and example:
-            raise HarnessError(f"{self.head(self.data)}not run in the ExecuTorch runtime: its memory plan at the "
-                               f"example's sizes needs more than max_memory {format_bytes(cap)}; raise "
-                               "--export-max-memory (max_memory=) to check the runtime")
-        if fit is None:  # static shapes: one plan
-            program = _plan(self.edge, self.exir, None, self.backends, self.data)
-            fit = Fit(None, self.need(program), program, self.need(program))
+        def work() -> tuple[dict[str, Any], Fit]:
+            """In a forked child (``forked.in_child``): lowering and planning grow the process by about twice
+            the weights, and much of it stays after it is freed (BERT-base: 0.78 GB, 0.5 GB kept); the child
+            gives all of it back, and only the ``.pte`` comes out."""
+            data = dict(self.data)
+            edge = _lower(self.ctx, self.exir, self.runtime, self.backends, data)
+
+            def plan(bounds: dict[str, int] | None) -> tuple[Any, int]:
+                program = _plan(edge, self.exir, bounds, self.backends, data)
+                return program, self.need(program, data)
+
+            fit = choose(plan, cap, example, largest, described) if example else None
+            if fit is None and example:
+                raise HarnessError(f"{self.head(data)}not run in the ExecuTorch runtime: its memory plan at the "
+                                   f"example's sizes needs more than max_memory {format_bytes(cap)}; raise "
+                                   "--export-max-memory (max_memory=) to check the runtime")
+            if fit is None:  # static shapes: one plan
+                program, need = plan(None)
+                fit = Fit(None, need, program, need)
+            program, fit.program = fit.program, None
+            path.write_bytes(program.buffer)
+            data["pte_bytes"] = os.path.getsize(path)
+            missing = missing_kernels(program, self.runtime)
+            if missing:
+                raise StageFailure(f"the ExecuTorch runtime has no kernel for {', '.join(f'`{m}`' for m in missing)}: "
+                                   f"{left_by(self.backends, 'them' if len(missing) > 1 else 'it')}",
+                                   kind="unsupported-op", unsupported_op=missing[0], **data)
+            return data, fit
+
+        watched = Watched()  # what the child made (``lower_memory``): given back when it ended
+        data, fit = in_child(work, cap, LOWERING_S, "ExecuTorch's lowering and memory planning", watched)
+        self.data.update(data, pte_path=str(path), lower_memory=watched.peak)
         self.data["memory"] = {"need": fit.need, "declared_need": fit.declared_need, "max_memory": cap,
                                "bounds": None if fit.bounds is None else
                                {by_root.get(r, r): b for r, b in fit.bounds.items()}}
-        self.bounds, self.edge = fit.bounds, None  # the lowered program's weights go before the runtime's come
-        holder, fit.program, program = [fit.program], None, None
-        self.load(holder)
+        self.bounds = fit.bounds
+        self.load(path)
         kept = [(label, p) for label, p in inside
                 if fit.bounds is None or all(p.values.get(k, 0) <= fit.bounds[r] for k, r in roots.items())]
         why = [f"run to {described(fit.bounds)} ({fit.why})"] if fit.bounds is not None else []
@@ -220,19 +241,28 @@ class _Checks(RuntimeChecks):
             if exc.kind not in ("mismatch", "raised", "refused-in-range") or self.last is None:
                 raise
             self.method = self.loaded = None  # the failing program's memory goes before the other's is planned
-            raise _told(exc, *other_backend(self.ctx.ep, self.backends, self.rerun)) from None
+            raise _told(exc, *other_backend(self.backends, self.rerun)) from None
 
-    def rerun(self, edge: Any) -> str | None:
-        """The failing inputs (``self.last``) in the program ``edge`` plans, at the same bounds: None where it
-        matches, else what went wrong."""
+    def rerun(self, other: tuple[str, ...]) -> str | None:
+        """The failing inputs (``self.last``) in the program the ``other`` backends lower, planned at the same
+        bounds (lowered in a child, as ``fit``'s): None where it matches eager, else what went wrong."""
         args, kwargs, expected = self.last
-        program = _plan(edge, self.exir, self.bounds, other_backends(self.backends), {})
-        need, cap = executorch_plan_bytes(program), self.ctx.calibration.costs().max_memory
-        if need > cap:
-            return f"not run: its memory plan needs ~{format_bytes(need)} > max_memory {format_bytes(cap)}"
-        self.stateful, self.loaded = False, self.runtime.load_program(program.buffer)
+        cap, path = self.ctx.calibration.costs().max_memory, self.ctx.workdir / "executorch" / "other.pte"
+
+        def work() -> str | None:
+            program = _plan(lower(self.ctx.ep, other), self.exir, self.bounds, other, {})
+            need = executorch_plan_bytes(program)
+            if need > cap:
+                return f"not run: its memory plan needs ~{format_bytes(need)} > max_memory {format_bytes(cap)}"
+            path.write_bytes(program.buffer)
+            return None
+
+        said = in_child(work, cap, LOWERING_S, "ExecuTorch's lowering with the other backend")
+        if said is not None:
+            return said
+        self.stateful, self.loaded = False, self.runtime.load_program(str(path))
         self.method = self.loaded.load_method("forward")
-        with _native_stderr() as said:
+        with _native_stderr() as said_natively:
             try:
                 got = self.call(args, kwargs, expected)
                 compare_leaves(got, expected, runtime_tolerance(self.NAME, self.ctx.options))
@@ -241,32 +271,19 @@ class _Checks(RuntimeChecks):
             except HarnessError:
                 raise
             except Exception as exc:  # noqa: BLE001 - its refusal is its verdict
-                return f"{describe_exception(exc, 300)}{_reason(said)}"
+                return f"{describe_exception(exc, 300)}{_reason(said_natively)}"
         return None
 
     def model(self) -> Any:
         au = self.ctx.audit() if self.ctx.declaration is not None else None
         return au.model if au is not None and au.model.vars else None
 
-    def load(self, holder: list[Any]) -> None:
-        """Write the ``.pte`` (the program taken from ``holder``: no copy of it outlives the write), check its
-        operators have kernels, and load it from the file (mapped: its weights are read in place)."""
-        program = holder.pop()
-        out = self.ctx.workdir / "executorch"
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / "model.pte"
-        path.write_bytes(program.buffer)
-        self.data.update(pte_bytes=os.path.getsize(path), pte_path=str(path))
-        missing = missing_kernels(program, self.runtime)
-        if missing:
-            raise StageFailure(f"the ExecuTorch runtime has no kernel for {', '.join(f'`{m}`' for m in missing)}: "
-                               f"{left_by(self.backends, 'them' if len(missing) > 1 else 'it')}",
-                               kind="unsupported-op", unsupported_op=missing[0], **self.data)
-        del program
+    def load(self, path: Any) -> None:
+        """Load the ``.pte`` from its file (mapped: the portable kernels read its weights in place)."""
         t0 = time.perf_counter()
         with _native_stderr() as said:
             try:
-                self.loaded = self.runtime.load_program(path)
+                self.loaded = self.runtime.load_program(str(path))
                 self.method = self.loaded.load_method("forward")
             except Exception as exc:  # noqa: BLE001 - what the runtime cannot load is the finding
                 raise StageFailure(f"the ExecuTorch runtime could not load the program: "
@@ -364,14 +381,13 @@ class _Checks(RuntimeChecks):
                 self.data.setdefault("refusals", []).append(f"{label}{_reason(said)}")
         return refused, accepted
 
-
     NOT_GUARDED = "no lower bounds in the runtime"
 
     def head(self, data: dict[str, Any]) -> str:
         ops = (f"{data['delegated_ops']} ops delegated in {plural(data['delegates'], 'call')}, "
                f"{data['portable_ops']} on portable kernels")
-        return (f"lowered in {data['lower_s']:.1f} s ({'+'.join(data['backends'])}: {ops}; .pte "
-                f"{format_bytes(data['pte_bytes'])}); ")
+        pte = f"; .pte {format_bytes(data['pte_bytes'])}" if "pte_bytes" in data else ""
+        return f"lowered in {data['lower_s']:.1f} s ({'+'.join(data['backends'])}: {ops}{pte}); "
 
 
 def _enabled(ctx: Context) -> bool:
