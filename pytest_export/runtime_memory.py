@@ -69,6 +69,19 @@ def executorch_plan_bytes(program: Any) -> int:
     return sum(int(size) for p in program.executorch_program.execution_plan for size in p.non_const_buffer_sizes)
 
 
+def constant_bytes(edge: Any) -> int:
+    """The bytes of the weights and constants an edge program keeps outside its delegates (a delegate's own are
+    in its payload): the ``.pte`` carries them, and the runtime reads them in."""
+    import torch
+
+    ep = edge.exported_program()
+    seen: dict[int, int] = {}
+    for t in (*ep.state_dict.values(), *ep.constants.values()):
+        if isinstance(t, torch.Tensor):
+            seen[id(t)] = t.numel() * t.element_size()
+    return sum(seen.values())
+
+
 def capped_shape_pass(bounds: dict[str, int]) -> Any:
     """ExecuTorch's ``ConstraintBasedSymShapeEvalPass``, with each root symbol's upper bound at most ``bounds``
     (name -> size): every tensor is planned at its size there. A symbol with no finite bound is planned at its
@@ -108,4 +121,4 @@ def capped_shape_pass(bounds: dict[str, int]) -> Any:
     return Capped()
 
 
-__all__ = ["Fit", "choose", "executorch_plan_bytes", "capped_shape_pass", "SEARCH_STEPS"]
+__all__ = ["Fit", "choose", "constant_bytes", "executorch_plan_bytes", "capped_shape_pass", "SEARCH_STEPS"]
