@@ -149,6 +149,10 @@ class CaseResult:
             lines.append(f"numerics cut: {plan['cut']}: sizes planned numeric after it ran by shape only")
         if cov.get("fake_problem"):
             lines.append(f"fake tensors cannot run this model ({cov['fake_problem']}): numerics only")
+        if isinstance(cov.get("opaque"), dict):
+            from .probes.cost import opaque_line
+
+            lines.append(opaque_line(cov["opaque"]))
         for name in RUNTIME_STAGES:  # a deployment runtime run short of the sizes numerics reached (its memory plan)
             st = self.stages.get(name)
             if st is not None and isinstance(st.data.get("coverage"), str):

@@ -28,8 +28,9 @@ SUBPACKAGES = ["declare", "gate", "probes", "explain", "report", "repro"]  # ``s
 LAYERS: list[list[str]] = [
     # the subpackages' __init__: a docstring each, no imports
     SUBPACKAGES,
-    # what fused kernels cost beyond the tensors they return (read by probes.cost's tally); option values parsed
-    ["probes.kernels", "declare.values"],
+    # what fused kernels cost beyond the tensors they return (read by probes.cost's tally); the ops it cannot see
+    # into and the memory guard; how far each declared dim was checked; option values parsed
+    ["probes.kernels", "probes.opaque", "probes.coverage", "declare.values"],
     # plain helpers and torch glue with no package imports; what a probe costs; the model's frames of a failure;
     # the repro script's text
     ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.cost", "probes.solver", "declare.blob", "explain.frames",

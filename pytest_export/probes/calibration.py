@@ -82,8 +82,18 @@ class Calibration:
                 costs.fake_problem = describe_exception(exc, 300).splitlines()[0]
             example.seconds, example.inputs = max(seconds, 1e-4), nbytes
             costs.example, costs.real_peak = example, real.peak
+            costs.opaque = self._opaque(real, example)
             self._costs = costs
         return self._costs
+
+    def _opaque(self, real: Measure, example: Measure) -> dict[str, Any]:
+        """The ops the count cannot see into (issue #43), each with what its real call held inside where the example's
+        counted forward measured it; those only the fake count or the program's graph names are guarded alone."""
+        from .opaque import graph_opaque
+
+        ep = self._program()
+        found = {**(graph_opaque(ep) if ep is not None else {}), **example.opaque}
+        return {**{name: {**seen, "hidden": None} for name, seen in found.items()}, **real.opaque}
 
     def countable(self) -> bool:
         """Whether torch's counting modes can follow this case's forward (no higher-order ops in the program)."""

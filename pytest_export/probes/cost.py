@@ -21,9 +21,10 @@ import os
 import time
 from typing import Any
 
+from .coverage import (FAKE, NUMERIC, coverage_line, format_bytes, opaque_line, record, short_of_max, short_text,
+                       unrecord)
 from .kernels import attention_flops, hidden_scores
-
-FAKE, NUMERIC = "fake", "numeric"
+from .opaque import GUARD_SLACK, extrapolate, measured_call, note, opaque_name
 
 # the share of the machine's memory one worker's numeric probes may use by default: small enough that a CI
 # runner with every core running a worker stays safe (the process itself, torch and the model come on top)
@@ -54,13 +55,6 @@ def default_max_memory() -> int:
     return max(MIN_DEFAULT_MEMORY, int(total * DEFAULT_MEMORY_SHARE / max(1, workers)))
 
 
-def format_bytes(n: float) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{int(n)} B"
-
-
 def format_seconds(s: float) -> str:
     return f"{s:.3g} s" if s < 120 else f"{s / 60:.3g} min"
 
@@ -81,12 +75,19 @@ def tally_mode():
             self.live = self.peak = self.total = 0
             self.flops = 0.0  # attention kernels FlopCounterMode has no formula for (CPU flash attention)
             self.ops = 0  # operators dispatched: each costs its call overhead, whatever its size
+            self.opaque: dict[str, dict[str, Any]] = {}  # ops it cannot see into (``opaque``), by name
+
 
         def _free(self, n: int) -> None:
             self.live -= n
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
+            name = opaque_name(func)
+            if name is None:
+                out = func(*args, **(kwargs or {}))
+            else:  # what it holds inside is measured where it runs real (issue #43)
+                out, inside = measured_call(func, args, kwargs or {})
+                note(self.opaque, name, input_bytes((args, kwargs)), inside)
             self.ops += 1
             if "attention" in func.__name__ and func.overloadpacket not in flop_registry:
                 self.flops += attention_flops(args)
@@ -131,6 +132,9 @@ class Measure:
     seconds: float | None = None
     kept: int = 0
     ops: int = 0  # operators dispatched
+    # the ops it could not see into, by name: calls, the most input bytes of one call, and where it ran real, the
+    # most bytes one call held inside (``hidden``, at ``hidden_at`` input bytes); issue #43
+    opaque: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def nominal(self) -> float:
         """Seconds one forward takes at the nominal rates: a function of what was counted, never of the machine
@@ -166,6 +170,7 @@ class counted:
         m = self.measure
         m.flops = float(self._flops.get_total_flops()) + self._tally.flops
         m.peak, m.total, m.kept, m.ops = self._tally.peak, self._tally.total, self._tally.live, self._tally.ops
+        m.opaque = self._tally.opaque
         m.seconds = None if self._fake_mode is not None else seconds
         return bool(suppressed)
 
@@ -209,6 +214,10 @@ class Costs:
     largest: dict[str, Any] = dataclasses.field(default_factory=dict)  # the numeric probe predicted to need most
     planned: float = 0.0  # nominal seconds of the probes planned so far: what the budget is spent by (issue #43)
     cut: str = ""  # where the wall clock's safety net stopped numerics (then the plan is no longer the same anywhere)
+    # the ops the count cannot see into, by name, as the example calibrated them (``opaque``; issue #43): a case with
+    # any runs its numeric probes under the memory guard; ``stops``: (sizes by symbol, why, label) it refused
+    opaque: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    stops: list[tuple[dict[str, int], str, str]] = dataclasses.field(default_factory=list)
 
     # the clock: the budget counts probing only (issue #31): the forward calls at sizes other than the example's and the fake
     # runs that predict their cost. export, compare, save/load, decomp and a stage's own fixed work (a re-export,
@@ -275,7 +284,15 @@ class Costs:
         # one forward's live tensors and eager's outputs beside the program's forward, with a margin (issue #31:
         # twice the peak put ResNet-50's batch edge, 0.78 GB in raw torch, at 1.63 GB)
         mem_ratio = max(1.0, self.real_peak / ex.peak) if ex.peak else 1.0
-        return 2 * probe.nominal(), int(MEMORY_MARGIN * (probe.peak + probe.kept) * mem_ratio + 3 * probe.inputs)
+        hidden = self.hidden(probe)
+        return 2 * probe.nominal(), int(MEMORY_MARGIN * (probe.peak + probe.kept + hidden) * mem_ratio
+                                        + 3 * probe.inputs)
+
+    def hidden(self, probe: Measure) -> int:
+        """The most bytes one opaque op of ``probe`` holds inside, extrapolated from the example's calibration
+        (``opaque.extrapolate``); as if it ran at the forward's peak (0 for an op not calibrated: the guard's)."""
+        return max((extrapolate(cal["hidden"], cal["hidden_at"], seen["inputs"]) for name, seen in probe.opaque.items()
+                    if (cal := self.opaque.get(name)) and cal.get("hidden")), default=0)
 
     @property
     def basis(self) -> str:
@@ -327,20 +344,23 @@ class Costs:
         None: neither fake nor numeric could run it; it checked nothing, and ``why`` is the dim's reason (#32)."""
         if mode is not None:
             self.probes[mode] = self.probes.get(mode, 0) + 1
-        at = ", ".join(f"{n}={size}" for n, (size, _, _) in dims.items())
-        for name, (size, lo, hi) in dims.items():
-            row = self.coverage.setdefault(name, {"dim": name, "declared": [lo, hi], "shape_max": None,
-                                                  "numeric_max": None, "why": "", "_not": []})
-            if mode is not None:
-                row["shape_max"] = max(size, row["shape_max"] or size)
-            if mode == NUMERIC:
-                row["numeric_max"] = max(size, row["numeric_max"] or size)
-            elif why:
-                row["_not"].append((size, f"{at} {why}"))
-            # why numerics stop: the first size past the numeric max that ran fake; the max's own reason too (#31)
-            past = [n for n in row["_not"] if n[0] > (row["numeric_max"] or 0)]
-            top = [text for n, text in past if n == hi and text != min(past)[1]]
-            row["why"] = (min(past)[1] if past else "") + (f"; at the max: {top[0]}" if top else "")
+        record(self.coverage, dims, mode, why)
+
+    def stop(self, values: dict[str, int], dims: dict[str, tuple[int, int, int | None]], why: str, fake: bool,
+             label: str = "") -> None:
+        """The memory guard refused a numeric probe at ``values`` (issue #43): where it was in range (``dims``) it
+        counts as not numeric (it ran ``fake`` instead, or not at all); a probe at least as large in every dim is
+        planned fake."""
+        self.stops.append((dict(values), why, label))
+        if dims:  # an in-range probe: recorded numeric when it was planned
+            self.probes[NUMERIC] -= 1
+            self.probes[FAKE] += int(fake)
+            unrecord(self.coverage, dims, why)
+
+    def stopped(self, values: dict[str, int]) -> str:
+        """Why the guard rules out a probe at ``values`` (one it refused is no larger in any dim), else ""."""
+        return next((why for at, why, _ in self.stops if values and at.keys() <= values.keys()
+                     and all(values[k] >= x for k, x in at.items())), "")
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"max_memory": self.max_memory, "probes": dict(self.probes),
@@ -350,39 +370,17 @@ class Costs:
                                "dims": [{k: v for k, v in row.items() if not k.startswith("_")}
                                         for row in self.coverage.values()]}
         out.update({k: getattr(self, k) for k in ("fake_problem", "peak_problem", "largest") if getattr(self, k)})
+        if self.opaque:  # which ops the count could not see into, how each was predicted, what the guard refused
+            out["opaque"] = {"ops": {name: {"calls": cal["calls"], "predicted": "calibrated" if cal.get("hidden")
+                                            else "guarded", "hidden_bytes": cal.get("hidden"),
+                                            "at_input_bytes": cal.get("hidden_at")} for name, cal in self.opaque.items()},
+                             "guard_bytes": self.max_memory + GUARD_SLACK, "stopped": [f"{label or 'a probe'}: {why}" for _, why, label in self.stops]}
         if self.example is not None and self.example.seconds:
             out["example"] = {"seconds": round(self.example.seconds, 6), "flops": self.example.flops,
                               "peak_bytes": self.real_peak}
         return out
 
 
-def short_of_max(ranges: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The coverage rows (the report's ``ranges``) of declared dims whose numerics fell short of the declared max,
-    or never ran; an unbounded dim promises no max."""
-    return [row for row in (ranges or {}).get("dims", [])
-            if row["declared"][1] is not None and row.get("numeric_max") != row["declared"][1]]
-
-
-def short_text(rows: list[dict[str, Any]]) -> str:
-    """``seq: numerics to 16 of 512 (batch=2, seq=32 the budget was spent)``, the dims joined by ``; ``."""
-    parts = []
-    for row in rows:
-        reach = "no numerics" if row.get("numeric_max") is None else f"numerics to {row['numeric_max']}"
-        parts.append(f"{row['dim']}: {reach} of {row['declared'][1]}" + (f" ({row['why']})" if row.get("why") else ""))
-    return "; ".join(parts)
-
-
-def coverage_line(row: dict[str, Any]) -> str:
-    """``seq: shapes checked to 131072 (max); numerics to 2048 (seq=4096 needs ~17 GB > max_memory 6 GB)``."""
-    lo, hi = row["declared"]
-    shape_max, numeric_max = row.get("shape_max"), row.get("numeric_max")
-    top = "" if hi is None else " (max)" if shape_max == hi else f" of {hi}"
-    text = f"{row['dim']}: shapes checked to {shape_max}{top}" if shape_max is not None else f"{row['dim']}: no size checked"
-    text += "; no numerics" if numeric_max is None else f"; numerics to {numeric_max}" + (" (max)" if numeric_max == hi else "")
-    if row.get("why") and numeric_max != hi:
-        text += f" ({row['why']})"
-    return text
-
-
 __all__ = ["FAKE", "NUMERIC", "Costs", "Plan", "Measure", "counted", "tally_mode", "input_bytes",
-           "default_max_memory", "machine_memory", "format_bytes", "coverage_line", "short_of_max", "short_text"]
+           "default_max_memory", "machine_memory", "format_bytes", "coverage_line", "short_of_max", "short_text",
+           "opaque_line"]

@@ -164,6 +164,8 @@ def _bounded(sized: Sized, costs: Any) -> Plan | None:
         return None
     if not costs.known and sized.model is not None and costs.example is not None:
         costs.known.append((sized.model.example_values(), *costs.predict(costs.example, 1.0)))
+    if costs.stopped(sized.values):
+        return None
     bounds = [(seconds, need) for values, seconds, need in costs.known
               if values.keys() >= sized.values.keys() and all(x <= values[k] for k, x in sized.values.items())]
     if not bounds:
@@ -189,6 +191,8 @@ def _plan(ctx: Context, sized: Sized, costs: Any) -> Plan:
     if measured is not None and not sized.override and sized.given is None and sized.values:
         costs.known.append((dict(sized.values), *costs.predict(measured, ratio)))
     sized.plan = plan = costs.plan(measured, ratio, fake_ok, sized.budgeted, edge=sized.edge)
+    if plan.mode == NUMERIC and costs.stopped(sized.values):  # the guard refused a probe no larger (issue #43)
+        sized.plan = plan = Plan(FAKE if fake_ok else None, plan.seconds, plan.bytes, costs.stopped(sized.values))
     costs.charge(plan, (measured.ops if measured is not None else 0) or (costs.example.ops if costs.example else 0))
     if not fake_ok and plan.mode is None:
         first = (sized.eager_fake.message.splitlines() or [""])[0][:200] if sized.eager_fake else costs.fake_problem
@@ -223,14 +227,18 @@ def plan_edges(ctx: Context, edges: list[Sized]) -> None:
             plan_for(ctx, sized)
 
 
-def _numeric(ctx: Context, sized: Sized, call: Any) -> Any:
+def _numeric(ctx: Context, sized: Sized, call: Any, instead: Any) -> Any:
     """A numeric run under a time limit far above its prediction: a model that makes it far costlier is stopped
-    as an ``error`` that names the probe, never left to run unbounded."""
+    as an ``error`` that names the probe, never left to run unbounded. A case with ops the count cannot see into
+    runs it under the memory guard too (``guarded``); a probe the guard refuses runs ``instead()`` (fake)."""
     plan = sized.plan
-    limit = ctx.calibration.costs().probe_timeout(plan)
+    costs = ctx.calibration.costs()
+    limit = costs.probe_timeout(plan)
     try:
         with time_limit(limit, error=Expired):
-            return call()
+            if not costs.opaque:
+                return call()
+            return guarded(ctx, sized, call, instead)
     except Expired:
         raise HarnessError(f"the numeric probe at {sized.label or 'these sizes'} ran past {limit:g} s (predicted "
                            f"~{plan.seconds:.3g} s for eager and program together): the model is far costlier at "
@@ -241,6 +249,29 @@ def _numeric(ctx: Context, sized: Sized, call: Any) -> Any:
         # issue #31). A small one's is left for the next to reuse: handing it back costs it page faults
         if plan.bytes >= TRIM_AFTER:
             trim_heap()
+
+
+def guarded(ctx: Context, sized: Sized, call: Any, instead: Any) -> Verdict:
+    """``call()`` under the memory guard (``opaque.address_guard``: the process may grow by the memory cap and a
+    slack, no more; issue #43). An allocation it refuses stops numerics at these sizes: the coverage says so, a
+    probe no smaller is planned fake, and this one runs ``instead()`` (fake), never a crash or a pass."""
+    from .cost import format_bytes
+    from .opaque import GUARD_SLACK, address_guard, refused
+
+    costs = ctx.calibration.costs()
+    with address_guard(costs.max_memory) as limit:
+        got = call()
+    if limit is None or got.status not in (RAISED, REFUSED) or not refused(got.message):
+        return got
+    trim_heap()  # what the refused forward made before it failed goes back
+    ops = ", ".join(sorted(costs.opaque))
+    why = (f"stopped by the memory guard: an allocation past max_memory {format_bytes(costs.max_memory)} "
+           f"(+{format_bytes(GUARD_SLACK)} slack) was refused, predicted ~{format_bytes(sized.plan.bytes)}; "
+           f"the ops the count cannot see into ({ops}) take more here than their calibration says")
+    fake = costs.fake_problem is None and sized.eager_fake is not None
+    costs.stop(sized.values, sized.dims if sized.in_range else {}, why, fake, sized.label)
+    sized.plan = Plan(FAKE if fake else None, sized.plan.seconds, sized.plan.bytes, why)
+    return instead()
 
 
 def fake_limit(exc: BaseException) -> bool:
@@ -273,7 +304,8 @@ def run_program(ctx: Context, ep: Any, inputs: Sized | tuple, kwargs: dict | Non
 def _sized_program(ctx: Context, ep: Any, inputs: Sized) -> Verdict:
     plan = plan_for(ctx, inputs)
     if plan.mode == NUMERIC:
-        return _numeric(ctx, inputs, lambda: _real_program(ctx, ep, *inputs.real()))
+        return _numeric(ctx, inputs, lambda: _real_program(ctx, ep, *inputs.real()),
+                        lambda: _sized_program(ctx, ep, inputs))
     if plan.mode is None:
         return Verdict(UNCHECKED, plan.why, mode="")
     try:
@@ -302,7 +334,7 @@ def run_eager(ctx: Context, inputs: Sized | tuple, kwargs: dict | None = None) -
         with ctx.calibration.costs().probing():
             plan = plan_for(ctx, inputs)
             if plan.mode == NUMERIC:
-                return _numeric(ctx, inputs, lambda: _real_eager(ctx, *inputs.real()))
+                return _numeric(ctx, inputs, lambda: _real_eager(ctx, *inputs.real()), lambda: run_eager(ctx, inputs))
             if plan.mode is None:
                 return Verdict(UNCHECKED, plan.why, mode="")
             return inputs.eager_fake

@@ -181,6 +181,15 @@ def short_of_max_lines(cases: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def opaque_lines(cases: list[dict[str, Any]]) -> list[str]:
+    """One line per case with ops the memory count cannot see into (issue #43): which, how each was predicted,
+    and what the memory guard stopped."""
+    from ..probes.cost import opaque_line
+
+    return [f"{c['nodeid']}: {opaque_line(c['ranges']['opaque'])}" for c in sorted(cases, key=lambda c: c["nodeid"])
+            if isinstance((c.get("ranges") or {}).get("opaque"), dict)]
+
+
 def runtime_short_lines(cases: list[dict[str, Any]]) -> list[str]:
     """One line per passed case whose deployment runtime ran short of the sizes numerics reached, or was planned
     below the declared max (its memory plan did not fit the cap): the runtime's share of a pass, where the user
@@ -223,7 +232,8 @@ def needs_attention(cases: list[dict[str, Any]], messages: Iterable[str] = ()) -
     failure, an xfail, an XPASS; a skipped case is no news), a pass short of a declared max by numerics or whose
     guards were not proved over every declared size, or a line of the baseline's."""
     return (any(verdict_of(c) not in (PASSED, SKIPPED) for c in cases) or bool(short_of_max_lines(cases))
-            or bool(runtime_short_lines(cases)) or len(proof_lines(cases)) > 1 or bool(list(messages)))
+            or bool(runtime_short_lines(cases)) or len(proof_lines(cases)) > 1 or bool(list(messages))
+            or any((c.get("ranges") or {}).get("opaque", {}).get("stopped") for c in cases))
 
 
 def green_line(cases: list[dict[str, Any]], torch: str | None, report: str | None = None) -> str:
@@ -258,12 +268,12 @@ def terminal_parts(mode: str, cases: list[dict[str, Any]], data: dict[str, Any],
             failing = sorted((c for c in cases if verdict_of(c) in FAILING), key=lambda c: c["nodeid"])
             out += [(None, f"  {failing_label(c)}: {c['nodeid']}{_stages(c)}") for c in failing]
             out += [(None, f"  {line}") for line in short_of_max_lines(cases) + runtime_short_lines(cases)
-                    + proof_lines(cases)[1:]]
+                    + proof_lines(cases)[1:] + opaque_lines(cases)]
         out += [(None, _baseline_line(baseline, m)) for m in messages if not m.startswith(SHORT_SKIPS)]
         return out
     if cases:
         text = head(cases) + "\n" + summary_text(cases, data.get("core_ops"), verbose)
-        short = short_of_max_lines(cases) + runtime_short_lines(cases) + proof_lines(cases)
+        short = short_of_max_lines(cases) + runtime_short_lines(cases) + proof_lines(cases) + opaque_lines(cases)
         if short:
             text += "\n" + "\n".join(short)
         out.append((f"export summary (torch {torch})", text))
@@ -276,6 +286,6 @@ def terminal_parts(mode: str, cases: list[dict[str, Any]], data: dict[str, Any],
     return out
 
 
-__all__ = ["proof_lines", "runtime_short_lines", "summary_text", "stage_table", "stage_counts", "coverage_summary", "coverage_line", "op_table",
+__all__ = ["opaque_lines", "proof_lines", "runtime_short_lines", "summary_text", "stage_table", "stage_counts", "coverage_summary", "coverage_line", "op_table",
            "coverage_markdown", "summary_markdown", "non_core_cases", "terminal_parts", "summary_mode", "needs_attention",
            "green_line"]
