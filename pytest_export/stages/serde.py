@@ -6,6 +6,7 @@ it computes what eager computes (``guards`` later checks it accepts and refuses 
 from __future__ import annotations
 
 import contextlib
+import importlib
 from typing import Any, Iterator
 
 import torch
@@ -13,21 +14,79 @@ import torch
 from ..context import Context, Stage, StageFailure, failing_as
 from ..explain.frames import class_hint
 from ..modstate import same_tensor
+from ..probes.calibration import resident_peak
+from ..probes.cost import format_bytes
+from ..results import HarnessError
 from ..torchlog import repaired_torch_logs
+
+# What a save and a load add to the weights the process already holds, measured 2026-12-06 on torch 2.13.0 in
+# fresh processes (VmHWM over VmRSS), for a 403 MB stack of six 4096x4096 Linear (67 MB each) and BERT-base's
+# 438 MB (its largest, the word embeddings, 94 MB):
+# - torch's save to a file path copies each storage twice while it writes it (``bytes`` of the storage, then
+#   the binding's copy of those bytes): 2x the largest storage, +135 MB and +188 MB; to a BytesIO the whole
+#   archive stays in memory on top (+538 MB, +456 MB): never used here.
+# - this stage's save writes each storage straight from its memory (``direct_save``): +6.5 MB and +20 MB, the
+#   program's text and the modules the first save imports (the file is the same, record for record).
+# - torch's load reads every weight before it builds the program: a second copy of them all (+404 MB, +445 MB).
+# - this stage's load reads one weight at a time (``streamed_weights``): the largest, +71 MB and +98 MB (4 MB of
+#   each the program and imported modules). Tensor constants are read whole by
+#   torch (``_load_constants``), then replaced by the exported program's.
+# A tensor subclass is pickled whole (into a buffer, its value, the binding's copy): 3x it on save, 2x on load.
+# In the stage, with those modules imported first: a 201 MB stack of three 67 MB weights grew 68.3 MB against
+# 70.7 MB predicted, BERT-base 100-111 MB against 116 MB (tests/test_serde_memory.py holds the first).
+
+# the program's text and the graph the load builds from it: BERT-base's 513 nodes ~13 MB measured beside its
+# largest weight
+PROGRAM_BYTES_PER_NODE = 32 * 1024
+
+# the rest, and the first save's one-off allocations (+1 MB over the terms above for the first program a process
+# saves, measured on both models)
+MARGIN = 1.05
+
+# what torch's first save in a process imports (+3-4 MB, once): imported before the save is measured, like torch
+# itself a cost of the process, not of the case (a second save adds 0.1 MB for a small program)
+_IMPORTED_BY_SAVE = ("torch.export.pt2_archive._package", "torch._export.serde.serialize", "torch._inductor.ir",
+                     "torch.utils.serialization.config")
 
 
 def run(ctx: Context) -> dict[str, Any]:
+    for name in _IMPORTED_BY_SAVE:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
     with repaired_torch_logs(ctx.result.warnings):
         return _save_load_compare(ctx)
 
 
 def _save_load_compare(ctx: Context) -> dict[str, Any]:
     """One save and one load (issue #16), through a file: saved straight to it, not through a buffer in memory
-    (a buffer, and the bytes read out of it, were two more copies of the weights; issue #31)."""
+    (a buffer, and the bytes read out of it, were two more copies of the weights; issue #31). What they will add
+    to the memory is predicted first and held to ``max_memory`` (issue #43): past it the stage does not run."""
     path = ctx.workdir / "program.pt2"
     path.parent.mkdir(parents=True, exist_ok=True)
+    cap = ctx.calibration.costs().max_memory
+    memory = {**planned_memory(ctx.ep), "max_memory": cap}
+    if memory["predicted"] > cap:  # the harness cannot decide: not the model's fault, and not a skip
+        raise HarnessError(f"not saved: torch.export.save and load would need ~{format_bytes(memory['predicted'])} "
+                           f"> max_memory {format_bytes(cap)} beside the weights ({memory['rule']}); raise "
+                           "--export-max-memory (max_memory=) to check the round trip")
+    box: dict[str, Any] = {}
+    memory["measured"], why = resident_peak(lambda: box.update(_round_trip(ctx, path)))
+    if why:
+        memory["measured"], memory["unmeasured"] = None, why
+    loaded, stream, direct = box["loaded"], box["stream"], box["direct"]
+    changed = list(dict.fromkeys(stream.changed + share_weights(ctx.ep, loaded)))
+    if changed:
+        raise StageFailure(f"save/load changed the program's weights: {', '.join(changed[:5])}"
+                           + (f" and {len(changed) - 5} more" if len(changed) > 5 else ""), kind="weights-changed")
+    ctx.loaded["file"] = loaded
+    worst = ctx.check_program(loaded, "reloaded")
+    return {"bytes": path.stat().st_size, "weights_streamed": stream.used, "weights_written_direct": direct.used,
+            "memory": memory, **worst}
+
+
+def _round_trip(ctx: Context, path: Any) -> dict[str, Any]:
     try:
-        with failing_as("torch.export.save", kind="save"):
+        with failing_as("torch.export.save", kind="save"), direct_save() as direct:
             torch.export.save(ctx.ep, path)
     except StageFailure as failure:  # a class registered without the serialized_type_name save needs: named (#26)
         hint = class_hint(failure.__cause__) if failure.__cause__ is not None else ""
@@ -36,13 +95,113 @@ def _save_load_compare(ctx: Context) -> dict[str, Any]:
         raise StageFailure(f"{failure}{hint}", kind=failure.kind, **failure.data) from failure.__cause__
     with failing_as(f"torch.export.load from {path.name}", kind="load"), streamed_weights(ctx.ep) as stream:
         loaded = torch.export.load(path)
-    changed = list(dict.fromkeys(stream.changed + share_weights(ctx.ep, loaded)))
-    if changed:
-        raise StageFailure(f"save/load changed the program's weights: {', '.join(changed[:5])}"
-                           + (f" and {len(changed) - 5} more" if len(changed) > 5 else ""), kind="weights-changed")
-    ctx.loaded["file"] = loaded
-    worst = ctx.check_program(loaded, "reloaded")
-    return {"bytes": path.stat().st_size, "weights_streamed": stream.used, **worst}
+    return {"loaded": loaded, "stream": stream, "direct": direct}
+
+
+def planned_memory(ep: Any) -> dict[str, Any]:
+    """What the save and the load add to the memory beside the weights already held (the rule and the numbers it
+    rests on: the comment at the top): ``predicted`` (bytes, the larger of ``save`` and ``load``) and ``rule``."""
+    raw: dict[int, int] = {}  # storage -> bytes: torch writes each storage once, however many tensors view it
+    pickled = constants = 0
+    for table in ("state_dict", "constants"):
+        for t in getattr(ep, table).values():
+            if not isinstance(t, torch.Tensor) or isinstance(t, torch._subclasses.FakeTensor):
+                continue
+            if type(t.data) is not torch.Tensor:  # a subclass: torch pickles it whole
+                pickled = max(pickled, _nbytes(t))
+                continue
+            n = t.untyped_storage().nbytes()
+            if table == "constants":
+                constants += n
+            else:
+                raw[t.untyped_storage().data_ptr()] = n
+    largest, weights = max(raw.values(), default=0), sum(raw.values())
+    direct, streamed = _direct_save_available(), _streamed_load_available()
+    program = PROGRAM_BYTES_PER_NODE * len(ep.graph.nodes)
+    save = max(0 if direct else 2 * largest, 3 * pickled) + program
+    load = (largest if streamed else weights) + constants + 2 * pickled + program
+    rule = (f"save {'~0, each weight written from its own memory' if direct else '2x the largest weight'}; load "
+            f"{'the largest weight' if streamed else 'every weight'}" + (" and the tensor constants" if constants else ""))
+    return {"predicted": int(max(save, load) * MARGIN), "save": save, "load": load, "largest": largest, "weights": weights,
+            "constants": constants, "program": program, "rule": rule + " and the program"}
+
+
+def _nbytes(t: Any) -> int:
+    try:
+        return t.untyped_storage().nbytes()
+    except Exception:  # noqa: BLE001 - a subclass without one storage (a wrapper): its elements
+        return t.numel() * t.element_size()
+
+
+class _Direct:
+    def __init__(self) -> None:
+        self.used = False  # whether a weight was written from its own memory (else: torch's copies of it)
+
+
+class _StorageBytes(bytes):
+    """Where torch's save expects a storage's bytes: empty, the storage carried beside them to ``write_bytes``."""
+
+    storage: Any
+
+
+def _direct_internals() -> Any:
+    try:
+        from torch.export.pt2_archive import _package as package
+
+        package._get_raw_tensor_bytes, package.PT2ArchiveWriter.write_bytes  # noqa: B018 - both are patched
+        return package
+    except (ImportError, AttributeError):
+        return None
+
+
+def _direct_save_available() -> bool:
+    return _direct_internals() is not None
+
+
+@contextlib.contextmanager
+def direct_save() -> Iterator[_Direct]:
+    """While ``torch.export.save`` runs, each weight's storage is written to the archive from its own memory
+    (torch's ``PyTorchFileWriter.write_record`` takes a storage), where torch's save makes ``bytes`` of it and
+    its binding copies those again: 2x the largest weight at once (issue #43; the numbers at the top). The file
+    is the same. Where torch's archive internals are not as expected (another torch), torch's own save runs."""
+    direct, package = _Direct(), _direct_internals()
+    if package is None:
+        yield direct
+        return
+    original_bytes, writer = package._get_raw_tensor_bytes, package.PT2ArchiveWriter
+    original_write = writer.write_bytes
+
+    def raw_bytes(value: Any) -> Any:
+        if (isinstance(value, torch._subclasses.FakeTensor) or value.device.type != "cpu" or not value.data_ptr()
+                or type(value.data) is not torch.Tensor):
+            return original_bytes(value)
+        marker = _StorageBytes()
+        marker.storage = value.untyped_storage()
+        return marker
+
+    def write_bytes(self: Any, name: str, data: Any) -> None:
+        if not isinstance(data, _StorageBytes):
+            return original_write(self, name, data)
+        self.archive_file.write_record(name, data.storage, data.storage.nbytes())
+        direct.used = True
+        return None
+
+    package._get_raw_tensor_bytes, writer.write_bytes = raw_bytes, write_bytes
+    try:
+        yield direct
+    finally:
+        package._get_raw_tensor_bytes, writer.write_bytes = original_bytes, original_write
+
+
+def _streamed_load_available() -> bool:
+    try:
+        from torch.export.pt2_archive import _package as package
+        from torch._export.serde import schema
+
+        return all(hasattr(package, n) for n in ("_load_state_dict", "_load_payload_config",
+                                                  "WEIGHTS_CONFIG_FILENAME_FORMAT")) and hasattr(schema, "PayloadConfig")
+    except ImportError:
+        return False
 
 
 class _Stream:
