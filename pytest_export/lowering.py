@@ -1,17 +1,23 @@
 """ExecuTorch's lowering, read for findings: what the partitioners took and left (``op_counts``), the operators the
 runtime has no kernel for (``missing_kernels``), a lowering error as the operator and the partitioners that left it
 (``lowering_failure``), whether a program writes state the runtime would keep across calls (``mutates_state``), and
-the other backend's verdict on a failure (``other_backend``: XNNPACK's own defects are told from the model's).
+the other backend's verdict on a failure (``other_backend``: XNNPACK's own defects are told from the model's), and
+what the runtime writes to stderr while it runs (``native_stderr``: its reasons, such as a bounded tensor's capacity).
 
 executorch and torch are imported where they are used; nothing here knows about pytest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import operator
+import os
 import re
-from typing import Any, Callable
+import sys
+import tempfile
+from typing import Any, Callable, Iterator
 
 from .context import StageFailure
 from .util import describe_exception
@@ -19,6 +25,7 @@ from .util import describe_exception
 PARTITIONERS = {"xnnpack": ("executorch.backends.xnnpack.partition.xnnpack_partitioner", "XnnpackPartitioner", "XNNPACK")}
 _NOT_CORE = re.compile(r"Operator torch\._ops\.([\w.]+) is not in Core ATen opset")
 _NO_OUT = re.compile(r"Missing out variants: \{([^}]*)\}")
+_REASON = re.compile(r"\[(?!cpuinfo)[\w.]+:\d+\] ([^\n]+)")  # the runtime's first log line, not cpuinfo's
 
 
 def partitioners(backends: tuple[str, ...]) -> list[Any]:
@@ -148,5 +155,29 @@ def missing_kernels(program: Any, runtime: Any) -> list[str]:
     return list(dict.fromkeys(n for n in names if n not in known))
 
 
+@contextlib.contextmanager
+def native_stderr() -> Iterator[list[str]]:
+    """What the runtime writes to stderr (its reasons: a bounded tensor's capacity, a missing operator), kept for
+    the finding; nothing reaches the terminal. Its log goes to Python's ``sys.stderr`` where that is replaced (as
+    under pytest's capture), else to file descriptor 2: both are caught."""
+    said: list[str] = []
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as tmp, contextlib.redirect_stderr(io.StringIO()) as text:
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield said
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            said.append(text.getvalue() + tmp.read().decode(errors="replace"))
+
+
+def runtime_reason(said: list[str]) -> str:
+    found = _REASON.search("".join(said))
+    return f" (the runtime: {found.group(1).strip()})" if found else ""
+
+
 __all__ = ["PARTITIONERS", "partitioners", "lower", "other_backends", "other_backend", "left_by", "lowering_failure",
-           "op_counts", "missing_kernels", "mutates_state"]
+           "op_counts", "missing_kernels", "mutates_state", "native_stderr", "runtime_reason"]

@@ -25,23 +25,18 @@ quarter of the case's budget, as ``onnx``'s do. Run it with ``--export-executorc
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import io
 import os
-import re
-import sys
-import tempfile
 import time
-from typing import Any, Iterator
+from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
 from ..observe import Observation
 from ..probes.cost import format_bytes
 from ..compare import Mismatch, compare_leaves
 from ..forked import Watched, in_child
-from ..lowering import (left_by, lower, lowering_failure, missing_kernels, mutates_state, op_counts, other_backend,
-                        partitioners)
+from ..lowering import (left_by, lower, lowering_failure, missing_kernels, mutates_state, native_stderr, op_counts,
+                        other_backend, partitioners, runtime_reason)
 from ..results import HarnessError
 from ..runtime_memory import Fit, capped_shape_pass, choose, constant_bytes, executorch_plan_bytes
 from ..runtimes import EXAMPLE, Allowance, RuntimeChecks, runtime_tolerance
@@ -49,7 +44,6 @@ from ..util import describe_exception, plural
 
 INSTALL = 'pip install "pytest-export[executorch]"'
 LOWERING_S = 1800.0  # the lowering's child is stopped past this, where the case's own time limit has not stopped it
-_REASON = re.compile(r"\[(?!cpuinfo)[\w.]+:\d+\] ([^\n]+)")  # the runtime's first log line, not cpuinfo's
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -106,30 +100,6 @@ def _plan(edge: Any, exir: Any, bounds: dict[str, int] | None, backends: tuple[s
         raise lowering_failure(exc, backends, data)
     finally:
         data["plan_s"] = round(data.get("plan_s", 0.0) + time.perf_counter() - t0, 3)
-
-
-@contextlib.contextmanager
-def _native_stderr() -> Iterator[list[str]]:
-    """What the runtime writes to stderr (its reasons: a bounded tensor's capacity, a missing operator), kept for
-    the finding; nothing reaches the terminal. Its log goes to Python's ``sys.stderr`` where that is replaced (as
-    under pytest's capture), else to file descriptor 2: both are caught."""
-    said: list[str] = []
-    sys.stderr.flush()
-    with tempfile.TemporaryFile() as tmp, contextlib.redirect_stderr(io.StringIO()) as text:
-        saved = os.dup(2)
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield said
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            said.append(text.getvalue() + tmp.read().decode(errors="replace"))
-
-
-def _reason(said: list[str]) -> str:
-    found = _REASON.search("".join(said))
-    return f" (the runtime: {found.group(1).strip()})" if found else ""
 
 
 class _Checks(RuntimeChecks):
@@ -267,7 +237,7 @@ class _Checks(RuntimeChecks):
             return said
         self.stateful, self.loaded = False, self.runtime.load_program(str(path))
         self.method = self.loaded.load_method("forward")
-        with _native_stderr() as said_natively:
+        with native_stderr() as said_natively:
             try:
                 got = self.call(args, kwargs, expected)
                 compare_leaves(got, expected, runtime_tolerance(self.NAME, self.ctx.options))
@@ -276,7 +246,7 @@ class _Checks(RuntimeChecks):
             except HarnessError:
                 raise
             except Exception as exc:  # noqa: BLE001 - its refusal is its verdict
-                return f"{describe_exception(exc, 300)}{_reason(said_natively)}"
+                return f"{describe_exception(exc, 300)}{runtime_reason(said_natively)}"
         return None
 
     def model(self) -> Any:
@@ -286,13 +256,13 @@ class _Checks(RuntimeChecks):
     def load(self, path: Any) -> None:
         """Load the ``.pte`` from its file (mapped: the portable kernels read its weights in place)."""
         t0 = time.perf_counter()
-        with _native_stderr() as said:
+        with native_stderr() as said:
             try:
                 self.loaded = self.runtime.load_program(str(path))
                 self.method = self.loaded.load_method("forward")
             except Exception as exc:  # noqa: BLE001 - what the runtime cannot load is the finding
                 raise StageFailure(f"the ExecuTorch runtime could not load the program: "
-                                   f"{describe_exception(exc, 600)}{_reason(said)}", kind="load", **self.data)
+                                   f"{describe_exception(exc, 600)}{runtime_reason(said)}", kind="load", **self.data)
         self.data["load_s"] = round(time.perf_counter() - t0, 3)
 
     def execute(self, args: tuple, kwargs: dict) -> list[Any]:
@@ -337,7 +307,7 @@ class _Checks(RuntimeChecks):
 
         expected = pytree.tree_map_only(torch.Tensor, lambda t: t.detach().cpu(), want.outputs)
         self.last = (args, kwargs, expected)  # what the other backend is run on where this fails
-        with _native_stderr() as said:
+        with native_stderr() as said:
             try:
                 got = self.call(args, kwargs, expected)
             except HarnessError:
@@ -353,7 +323,7 @@ class _Checks(RuntimeChecks):
                 f"; {self.unbounded()} declared without a max: ExecuTorch plans its memory at the example's size, "
                 "so declare the max the model must run at")
             raise StageFailure(f"the ExecuTorch runtime refused {what}: {describe_exception(error, 600)}"
-                               f"{_reason(said)}{hint}", kind="raised" if example else "refused-in-range",
+                               f"{runtime_reason(said)}{hint}", kind="raised" if example else "refused-in-range",
                                **self.finish())
         self.check_values(label, got, expected, against)
 
@@ -371,7 +341,7 @@ class _Checks(RuntimeChecks):
         for label, probe in outside:
             if not allowance.take(probe):
                 break
-            with _native_stderr() as said:
+            with native_stderr() as said:
                 try:
                     self.execute(*probe.real())
                     ran = True
@@ -383,7 +353,7 @@ class _Checks(RuntimeChecks):
                 accepted.append(label)
             else:
                 refused += 1
-                self.data.setdefault("refusals", []).append(f"{label}{_reason(said)}")
+                self.data.setdefault("refusals", []).append(f"{label}{runtime_reason(said)}")
         return refused, accepted
 
     NOT_GUARDED = "no lower bounds in the runtime"
