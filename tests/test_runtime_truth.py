@@ -198,3 +198,21 @@ def test_onnx_runtimes_copy_of_the_weights_is_held_to_the_cap_and_is_an_error_pa
     # the harness could not decide whether the runtime is right: an error, never a skip or a pass
     assert st.status == "error" and "not run in ONNX Runtime: its copy of the weights needs" in st.message
     assert "> max_memory 64 kB" in st.message or "> max_memory 64" in st.message
+
+
+def test_the_lowerings_own_memory_is_held_to_the_cap_and_is_an_error_past_it(tmp_path):
+    """ExecuTorch's lowering grows a process by about twice the weights (issue #42): it runs in a child held to the
+    cap, and a lowering that would pass it is stopped, an error naming the option to raise, never a pass or a skip."""
+    _needs("executorch.runtime")
+    model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(12)]).eval()  # 50 MB of weights
+    res = pytest_export.check(model, (torch.randn(2, 1024),), workdir=tmp_path, session=FAST, executorch="portable",
+                              max_memory="48MB")
+    st = res.stages["executorch"]
+    assert st.status == "error", st.message
+    assert "ExecuTorch's lowering and memory planning needed more than max_memory 48 MB" in st.message
+    assert "raise --export-max-memory" in st.message
+    roomy = pytest_export.check(model, (torch.randn(2, 1024),), workdir=tmp_path, session=FAST, executorch="portable",
+                                max_memory="1GB")
+    st = roomy.stages["executorch"]
+    assert st.status == "passed", st.message
+    assert 50 * 10**6 < st.data["lower_memory"] < 10**9  # the child's own memory, seen and recorded
