@@ -137,7 +137,10 @@ def op_counts(gm: Any) -> dict[str, Any]:
             delegates += 1
             lowered = getattr(gm, node.args[0].target)
             inner = lowered.original_module.graph
-            payload += len(getattr(lowered, "processed_bytes", b"") or b"")  # the backend's copy of its weights
+            payload += len(getattr(lowered, "processed_bytes", b"") or b"")
+            # the weights it took, which XNNPACK keeps in the program's named data, not in its payload
+            for buf in getattr(getattr(lowered, "named_data_store_output", None), "buffers", None) or []:
+                payload += len(buf) if isinstance(buf, (bytes, bytearray)) else int(getattr(buf, "_size", 0) or 0)
             delegated += sum(1 for n in inner.nodes if n.op == "call_function" and n.target is not operator.getitem)
         else:
             name = str(getattr(node.target, "__name__", node.target))

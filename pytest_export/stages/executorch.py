@@ -168,7 +168,8 @@ class _Checks(RuntimeChecks):
                 program, need = plan(None)
                 fit = Fit(None, need, program, need)
             program, fit.program = fit.program, None
-            path.write_bytes(program.buffer)
+            with open(path, "wb") as f:  # streamed: ``program.buffer`` would hold the whole file in memory once more
+                program.write_to_file(f)
             data["pte_bytes"] = os.path.getsize(path)
             missing = missing_kernels(program, self.runtime)
             if missing:
@@ -229,7 +230,8 @@ class _Checks(RuntimeChecks):
             need = self.need(program, data)
             if need > cap:
                 return f"not run: its memory plan needs ~{format_bytes(need)} > max_memory {format_bytes(cap)}"
-            path.write_bytes(program.buffer)
+            with open(path, "wb") as f:
+                program.write_to_file(f)
             return None
 
         said = in_child(work, cap, LOWERING_S, "ExecuTorch's lowering with the other backend")
