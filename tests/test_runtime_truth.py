@@ -92,14 +92,20 @@ def test_the_runtimes_memory_plan_is_held_to_the_cap(tmp_path):
     _needs("executorch.runtime")
     (tmp_path / "test_attention.py").write_text(textwrap.dedent(ATTENTION))
     report = tmp_path / "report.json"
-    argv = [sys.executable, "-m", "pytest", "test_attention.py", "--export-check", "--export-max-memory", "128MB",
-            "--export-skip-stages", "serde,decomp,retrace", "--export-examples", "3", "-p", "no:cacheprovider",
-            "-p", "no:xdist", "--export-report", str(report)]
-    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, out
+
+    def peak(skip: str) -> tuple[str, int]:
+        argv = [sys.executable, "-m", "pytest", "test_attention.py", "--export-check", "--export-max-memory", "128MB",
+                "--export-skip-stages", skip, "--export-examples", "3", "-p", "no:cacheprovider",
+                "-p", "no:xdist", "--export-report", str(report)]
+        proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, out
+        return out, usage.ru_maxrss * 1024
+
+    _, without = peak("serde,decomp,retrace,executorch")
+    out, with_stage = peak("serde,decomp,retrace")
     import json
 
     st = json.loads(report.read_text())["cases"][0]["stages"]["executorch"]
@@ -108,8 +114,8 @@ def test_the_runtimes_memory_plan_is_held_to_the_cap(tmp_path):
     assert memory["bounds"]["t"] < 16384
     assert f"executorch: run to t={memory['bounds']['t']} (its memory plan at the declared max needs" in out
     assert "runtime short of max:" in out
-    peak = usage.ru_maxrss * 1024
-    assert peak < memory["declared_need"], f"peak {peak / 1e9:.2f} GB: the declared plan was allocated"
+    # the stage (lowering in its child, the plan, eager's forward beside it) grows the run by no more than the cap
+    assert with_stage - without <= memory["max_memory"], f"{with_stage / 1e6:.0f} MB vs {without / 1e6:.0f} MB"
 
 
 def test_the_runtime_tolerance_allows_for_reduction_order_only():
