@@ -87,8 +87,8 @@ def test_attention():
 
 def test_the_runtimes_memory_plan_is_held_to_the_cap(tmp_path):
     """Planned at t=16384 the program needs ~2.1 GB before it runs; under a 128 MB cap it is planned at the
-    largest size that fits, the run's peak stays far below the declared plan, and the terminal says how far the
-    runtime ran and why."""
+    largest size that fits, the stage grows the run's peak by no more than the cap, and the terminal says how far
+    the runtime ran and why."""
     _needs("executorch.runtime")
     (tmp_path / "test_attention.py").write_text(textwrap.dedent(ATTENTION))
     report = tmp_path / "report.json"
