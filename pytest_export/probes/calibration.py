@@ -91,9 +91,7 @@ class Calibration:
         if ep is None:
             return True
         if self._countable is None:
-            from torch._ops import HigherOrderOperator
-
-            self._countable = not any(isinstance(n.target, HigherOrderOperator) for n in ep.graph.nodes)
+            self._countable = not uncountable_ops(ep)
         return self._countable
 
     def coverage(self) -> dict[str, Any] | None:
@@ -112,6 +110,23 @@ class Calibration:
         with quiet_fake_logs():
             obs = self._eager(args, kwargs, within=counter)
         return obs, counter.measure
+
+
+# what export makes of a context manager in eager code (``torch.no_grad()``, ``torch.autocast``): eager itself runs
+# plain ops there, which the counting modes follow. Taken for control flow, they sent a speech encoder with a frozen
+# (``no_grad``) feature encoder to the uncounted guess: 101 GB predicted at 2 x 480,000 samples (issue #43)
+EAGER_WRAPPERS = frozenset({"wrap_with_set_grad_enabled", "wrap_with_autocast"})
+
+
+def uncountable_ops(ep: Any) -> list[str]:
+    """The higher-order ops of ``ep`` (its submodules' graphs too: a ``cond`` may sit inside a ``no_grad`` block)
+    that eager runs as such, where torch's counting modes cannot follow (``cond``, ``map``, ``while_loop``,
+    ``scan``)."""
+    from torch._ops import HigherOrderOperator
+
+    return [n.target.name() for gm in ep.graph_module.modules() if isinstance(gm, torch.fx.GraphModule)
+            for n in gm.graph.nodes
+            if isinstance(n.target, HigherOrderOperator) and n.target.name() not in EAGER_WRAPPERS]
 
 
 def resident_peak(run: Callable[[], Any]) -> tuple[int, str | None]:
@@ -138,4 +153,4 @@ def _status_bytes(field: str) -> int:
     raise ValueError(f"no {field} in /proc/self/status")
 
 
-__all__ = ["Calibration", "resident_peak", "RESIDENT_FLOOR"]
+__all__ = ["Calibration", "resident_peak", "uncountable_ops", "RESIDENT_FLOOR", "EAGER_WRAPPERS"]
