@@ -145,6 +145,23 @@ def resident_peak(run: Callable[[], Any]) -> tuple[int, str | None]:
     return max(0, _status_bytes("VmHWM") - before), None
 
 
+def resident_mark() -> int | None:
+    """Reset the process's resident high-water mark (after handing the heap's free pages back) and return the
+    resident bytes now, the base ``resident_high`` is read against; None where it cannot be measured."""
+    trim_heap()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _status_bytes("VmRSS")
+    except (OSError, ValueError):
+        return None
+
+
+def resident_high() -> int:
+    """The process's resident high-water mark since the last ``resident_mark``, in bytes."""
+    return _status_bytes("VmHWM")
+
+
 def _status_bytes(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -153,4 +170,4 @@ def _status_bytes(field: str) -> int:
     raise ValueError(f"no {field} in /proc/self/status")
 
 
-__all__ = ["Calibration", "resident_peak", "uncountable_ops", "RESIDENT_FLOOR", "EAGER_WRAPPERS"]
+__all__ = ["Calibration", "resident_peak", "resident_mark", "resident_high", "uncountable_ops", "RESIDENT_FLOOR", "EAGER_WRAPPERS"]
