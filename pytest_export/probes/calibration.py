@@ -101,9 +101,7 @@ class Calibration:
         if ep is None:
             return True
         if self._countable is None:
-            from torch._ops import HigherOrderOperator
-
-            self._countable = not any(isinstance(n.target, HigherOrderOperator) for n in ep.graph.nodes)
+            self._countable = not uncountable_ops(ep)
         return self._countable
 
     def coverage(self) -> dict[str, Any] | None:
@@ -124,6 +122,23 @@ class Calibration:
         return obs, counter.measure
 
 
+# what export makes of a context manager in eager code (``torch.no_grad()``, ``torch.autocast``): eager itself runs
+# plain ops there, which the counting modes follow. Taken for control flow, they sent a speech encoder with a frozen
+# (``no_grad``) feature encoder to the uncounted guess: 101 GB predicted at 2 x 480,000 samples (issue #43)
+EAGER_WRAPPERS = frozenset({"wrap_with_set_grad_enabled", "wrap_with_autocast"})
+
+
+def uncountable_ops(ep: Any) -> list[str]:
+    """The higher-order ops of ``ep`` (its submodules' graphs too: a ``cond`` may sit inside a ``no_grad`` block)
+    that eager runs as such, where torch's counting modes cannot follow (``cond``, ``map``, ``while_loop``,
+    ``scan``)."""
+    from torch._ops import HigherOrderOperator
+
+    return [n.target.name() for gm in ep.graph_module.modules() if isinstance(gm, torch.fx.GraphModule)
+            for n in gm.graph.nodes
+            if isinstance(n.target, HigherOrderOperator) and n.target.name() not in EAGER_WRAPPERS]
+
+
 def resident_peak(run: Callable[[], Any]) -> tuple[int, str | None]:
     """How far the process's resident memory rose above where it was while ``run()`` ran: ``(bytes, None)``, or
     ``(0, why)`` where it cannot be measured. Linux: the high-water mark ``VmHWM`` of ``/proc/self/status``, reset
@@ -140,6 +155,23 @@ def resident_peak(run: Callable[[], Any]) -> tuple[int, str | None]:
     return max(0, _status_bytes("VmHWM") - before), None
 
 
+def resident_mark() -> int | None:
+    """Reset the process's resident high-water mark (after handing the heap's free pages back) and return the
+    resident bytes now, the base ``resident_high`` is read against; None where it cannot be measured."""
+    trim_heap()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _status_bytes("VmRSS")
+    except (OSError, ValueError):
+        return None
+
+
+def resident_high() -> int:
+    """The process's resident high-water mark since the last ``resident_mark``, in bytes."""
+    return _status_bytes("VmHWM")
+
+
 def _status_bytes(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -148,4 +180,4 @@ def _status_bytes(field: str) -> int:
     raise ValueError(f"no {field} in /proc/self/status")
 
 
-__all__ = ["Calibration", "resident_peak", "RESIDENT_FLOOR"]
+__all__ = ["Calibration", "resident_peak", "resident_mark", "resident_high", "uncountable_ops", "RESIDENT_FLOOR", "EAGER_WRAPPERS"]

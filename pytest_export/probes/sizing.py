@@ -57,6 +57,7 @@ class Sized:
         self.eager_fake: Verdict | None = None
         self._real: tuple[tuple, dict] | None = None
         self._fake: tuple[tuple, dict] | None = None
+        self.rss_base: int | None = None  # resident bytes before its first numeric call, where it is measured
 
     @property
     def dims(self) -> dict[str, tuple[int, int, int | None]]:
@@ -234,6 +235,7 @@ def _numeric(ctx: Context, sized: Sized, call: Any, instead: Any) -> Any:
     plan = sized.plan
     costs = ctx.calibration.costs()
     limit = costs.probe_timeout(plan)
+    watch = _watched(costs, sized)
     try:
         with time_limit(limit, error=Expired):
             if not costs.opaque:
@@ -244,6 +246,10 @@ def _numeric(ctx: Context, sized: Sized, call: Any, instead: Any) -> Any:
                            f"~{plan.seconds:.3g} s for eager and program together): the model is far costlier at "
                            "these sizes than its fake run predicts; lower --export-max-memory or the declared range")
     finally:
+        if watch is not None:
+            from .calibration import resident_high
+
+            watch["measured_bytes"] = max(watch.get("measured_bytes", 0), resident_high() - sized.rss_base)
         # what a large forward freed goes back now: a later probe of other sizes would allocate beside it rather
         # than in it, and the process's peak would grow with each probe (ResNet-50 to batch 61: 2.79 -> 1.40 GB;
         # issue #31). A small one's is left for the next to reuse: handing it back costs it page faults
@@ -272,6 +278,23 @@ def guarded(ctx: Context, sized: Sized, call: Any, instead: Any) -> Verdict:
     costs.stop(sized.values, sized.dims if sized.in_range else {}, why, fake, sized.label)
     sized.plan = Plan(FAKE if fake else None, sized.plan.seconds, sized.plan.bytes, why)
     return instead()
+
+
+def _watched(costs: Any, sized: Sized) -> dict | None:
+    """``ranges.largest`` where ``sized`` is that probe (the in-range numeric one predicted to need the most memory
+    so far), its resident high-water mark reset: its measured growth goes beside its prediction (issue #43). The
+    base is read before its first call, so its inputs, eager's outputs held and the program's peak all count."""
+    from .calibration import resident_mark
+
+    top = costs.largest
+    if not sized.in_range or top.get("predicted_bytes") != sized.plan.bytes or top.get("sizes") != {
+            n: size for n, (size, _, _) in sized.dims.items()}:
+        return None
+    base = resident_mark()
+    if base is None:
+        return None
+    sized.rss_base = base if sized.rss_base is None else sized.rss_base
+    return top
 
 
 def fake_limit(exc: BaseException) -> bool:

@@ -1,0 +1,58 @@
+"""Issue #43: a speech encoder's memory predicted within 2x of what it takes, both ways.
+
+A speech encoder whose convolutional feature encoder is frozen runs it under ``torch.no_grad()``; export records that
+block as a ``wrap_with_set_grad_enabled`` higher-order op. Taken for control flow the counting modes cannot follow,
+it sent the case to the uncounted guess (the example's resident growth times the squared input growth): 101 GB
+predicted at 2 x 480,000 samples, for a forward that takes tens of MB, and numerics stopped far below the max.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.export import Dim
+
+from pytest_export.api import build
+from pytest_export.declare.options import SessionOptions, merge
+from pytest_export.runner import run_case
+
+
+class FrozenFrontEncoder(torch.nn.Module):
+    """Raw audio -> three strided convolutions (frozen: under ``no_grad``) -> one attention block."""
+
+    def __init__(self, d: int = 32):
+        super().__init__()
+        self.convs = torch.nn.ModuleList([torch.nn.Conv1d(1, 16, 10, stride=5), torch.nn.Conv1d(16, 16, 3, stride=2),
+                                          torch.nn.Conv1d(16, d, 3, stride=2)])
+        self.norm = torch.nn.GroupNorm(16, 16)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+
+    def forward(self, wave):
+        with torch.no_grad():
+            x = F.gelu(self.norm(self.convs[0](wave[:, None])))
+            for conv in self.convs[1:]:
+                x = F.gelu(conv(x))
+        x = x.transpose(1, 2)
+        q, k, v = self.qkv(x).unflatten(-1, (3, 2, -1)).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2)
+
+
+def test_a_frozen_speech_front_end_is_counted_and_its_largest_probe_predicted_within_2x():
+    from pytest_export.probes.calibration import resident_peak
+
+    if resident_peak(lambda: None)[1]:
+        pytest.skip("the process's peak memory cannot be measured here")
+    torch.manual_seed(0)
+    frames = Dim("frames", min=20, max=24000)  # samples = 20 x frames: up to 30 s of 16 kHz audio
+    keywords = {"dynamic_shapes": {"wave": {0: Dim("batch", min=1, max=4), 1: 20 * frames}},
+                "max_memory": "1GB", "budget": 0, "examples": 0}
+    case = build("speech", FrozenFrontEncoder().eval(), (torch.randn(2, 800),), {}, keywords)
+    result = run_case(case, merge(SessionOptions(check=True), keywords), "speech")
+    ranges = result.info["ranges"]
+    assert ranges["plan"]["basis"] == "counted", ranges  # the no_grad block's wrapper hides nothing from eager
+    assert all(row["numeric_max"] == row["declared"][1] for row in ranges["dims"]), ranges["dims"]
+    largest = ranges["largest"]
+    assert largest["sizes"] == {"batch": 4, "frames": 24000}, largest
+    predicted, measured = largest["predicted_bytes"], largest["measured_bytes"]
+    assert measured / 2 <= predicted <= 2 * measured, largest
