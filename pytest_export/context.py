@@ -96,7 +96,8 @@ class Context:
         self.usable: set[str] = set()
         self.python_changes: list[dict[str, Any]] = []  # what eager forward changed in the module's Python state
         self.eager_rejects: list[str] = []  # sizes 0/1 inside the promise where eager itself raises (no failure)
-        self.calibration = Calibration(case, options, self.eager_on, lambda: self.ep)  # what its probes cost (#23)
+        self.calibration = Calibration(case, options, self.eager_on, lambda: self.ep,
+                                       lambda a, k, within: self.program_on(self.ep, a, k, within=within))  # what its probes cost (#23)
 
     # dynamic shapes ------------------------------------------------------------------------
     def audit(self):
@@ -175,12 +176,13 @@ class Context:
         return observe(self.case.module, self.case.module, args, kwargs, self.keeper, within=within,
                        grad=self.options.grad)
 
-    def program_on(self, ep, args: tuple, kwargs: dict, fake: bool = False) -> Observation:
+    def program_on(self, ep, args: tuple, kwargs: dict, fake: bool = False, within: Any = None) -> Observation:
+        """``ep`` run on these inputs: real, fake (``fake``), or inside ``within`` (a counted fake run)."""
         mod = self.module_of(ep)
-        if not fake:
+        if not fake and within is None:
             return observe(mod, mod, args, kwargs, self.keeper, grad=self.options.grad)
         with quiet_fake_logs():
-            return observe(mod, mod, args, kwargs, self.keeper, within=self.calibration.fake_mode(),
+            return observe(mod, mod, args, kwargs, self.keeper, within=within or self.calibration.fake_mode(),
                            grad=self.options.grad)
 
     def check_program(self, ep, label: str) -> dict[str, float]:

@@ -7,6 +7,7 @@ has run, its program; ``sizing`` plans each probe from the costs, ``runner`` rep
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -30,11 +31,13 @@ class Calibration:
     """One case's costing: its fake mode, and its costs calibrated on first use. ``eager(args, kwargs, within=None)``
     is the case's eager forward (``Context.eager_on``); ``program()`` its exported program, None before export."""
 
-    def __init__(self, case: Case, options: CaseOptions, eager: Callable[..., Any], program: Callable[[], Any]):
+    def __init__(self, case: Case, options: CaseOptions, eager: Callable[..., Any], program: Callable[[], Any],
+                 program_on: Callable[[tuple, dict, Any], Any] | None = None):
         self.case = case
         self.options = options
         self._eager = eager
         self._program = program
+        self._program_on = program_on  # (args, kwargs, within) -> the program's Observation
         self._fake_mode = None
         self._costs = None
         self._countable: bool | None = None
@@ -120,6 +123,24 @@ class Calibration:
         with quiet_fake_logs():
             obs = self._eager(args, kwargs, within=counter)
         return obs, counter.measure
+
+    def program_counted(self, args: tuple, kwargs: dict, eager: Measure) -> Measure | None:
+        """``eager`` (a probe's counted fake eager run) with the program's own counted fake run at the same inputs
+        beside it: each count the larger of the two. A program can make what eager never does: a speech encoder's
+        exported program grew the process by 2.33 GB at 1 x 480,000 samples where eager grew it by 48 MB, and a
+        prediction from eager's count alone ran that probe past the memory cap (issue #43). None where the program
+        cannot run these inputs fake (a guard refuses them past the max): the refusal makes nothing, but the count is
+        no bound for a size the program runs (n=16385, refused, had bounded n=16384, which made 1 GB)."""
+        if self._program_on is None or self._program() is None or not self.countable():
+            return eager
+        counter = counted(input_bytes((args, kwargs)), self.fake_mode())
+        try:
+            self._program_on(args, kwargs, counter)
+        except Exception:  # noqa: BLE001 - a refusal or a limit of fake tensors: nothing made to count
+            return None
+        p = counter.measure
+        return dataclasses.replace(eager, flops=max(eager.flops, p.flops), peak=max(eager.peak, p.peak),
+                                   total=max(eager.total, p.total), kept=max(eager.kept, p.kept), ops=max(eager.ops, p.ops))
 
 
 # what export makes of a context manager in eager code (``torch.no_grad()``, ``torch.autocast``): eager itself runs

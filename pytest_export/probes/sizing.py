@@ -189,9 +189,16 @@ def _plan(ctx: Context, sized: Sized, costs: Any) -> Plan:
         if sized.in_range:
             costs.record(sized.dims, None, plan.why)
         return plan
-    if measured is not None and not sized.override and sized.given is None and sized.values:
+    plan, bound = costs.plan(measured, ratio, fake_ok, sized.budgeted, edge=sized.edge), True
+    if plan.mode == NUMERIC and measured is not None:  # what runs real is counted on the program's side too (#43)
+        both = ctx.calibration.program_counted(*sized.fake(), measured)
+        bound = both is not None  # a size the program refuses bounds no other
+        if bound and both is not measured:
+            measured = both
+            plan = costs.plan(measured, ratio, fake_ok, sized.budgeted, edge=sized.edge)
+    if bound and measured is not None and not sized.override and sized.given is None and sized.values:
         costs.known.append((dict(sized.values), *costs.predict(measured, ratio)))
-    sized.plan = plan = costs.plan(measured, ratio, fake_ok, sized.budgeted, edge=sized.edge)
+    sized.plan = plan
     if plan.mode == NUMERIC and costs.stopped(sized.values):  # the guard refused a probe no larger (issue #43)
         sized.plan = plan = Plan(FAKE if fake_ok else None, plan.seconds, plan.bytes, costs.stopped(sized.values))
     costs.charge(plan, (measured.ops if measured is not None else 0) or (costs.example.ops if costs.example else 0))
