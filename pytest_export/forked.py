@@ -5,8 +5,8 @@ every Python object of it was gone (held by the allocator: ``malloc_trim`` gave 
 own plan then came on top of it. Forked, the child shares the parent's pages (the weights, torch) copy-on-write: it
 pays only for what it makes, and all of it goes back when it exits.
 
-``in_child(fn, cap, seconds, what)`` runs ``fn()`` in the child and returns what it returned (pickled through a
-pipe). The child's own memory (its private pages: what it made or wrote) is watched while it runs: past ``cap`` it
+``in_child(fn, cap, seconds, what)`` runs ``fn()`` in the child and returns what it returned (JSON through a pipe:
+the package unpickles nothing, so ``fn`` returns builtins). The child's own memory (its private pages: what it made or wrote) is watched while it runs: past ``cap`` it
 is killed and the work is an error naming ``--export-max-memory`` (the harness could not decide; the machine is
 never run past the cap). A ``StageFailure`` or ``HarnessError`` it raises is raised again here; anything else
 it raises, or its death, is a ``HarnessError`` that says what it was doing. Past ``seconds`` it is killed, so its
@@ -18,8 +18,8 @@ torch is imported where it is used; nothing here knows about stages or pytest.
 from __future__ import annotations
 
 import gc
+import json
 import os
-import pickle
 import select
 import signal
 import time
@@ -120,9 +120,9 @@ def _child(fn: Callable[[], Any], write: int) -> None:
     except BaseException as exc:  # noqa: BLE001 - told to the parent as what the child was doing went wrong
         out = ("raised", describe_exception(exc, 1500))
     try:
-        blob = pickle.dumps(out)
+        blob = json.dumps(out).encode()
     except Exception as exc:  # noqa: BLE001 - a result that cannot travel is the harness's own error
-        blob = pickle.dumps(("raised", f"its result could not be sent back: {describe_exception(exc, 300)}"))
+        blob = json.dumps(("raised", f"its result could not be sent back: {describe_exception(exc, 300)}")).encode()
     view = memoryview(blob)
     while view:
         view = view[os.write(write, view):]
@@ -144,7 +144,7 @@ def _result(blob: bytes, what: str) -> Any:
     if not blob:
         raise HarnessError(f"{what} ended without a result (the child process died: out of memory, or a crash in "
                            "native code)")
-    out = pickle.loads(blob)
+    out = json.loads(blob)
     if out[0] == "ok":
         return out[1]
     if out[0] == "failure":

@@ -44,8 +44,9 @@ def test_narrowing():
 def _timing(key: str) -> bool:
     """Fields that differ from run to run: the duration, the stages' seconds (``diagnosis_s``, ``load_s``), the
     sizes fuzz drew (Hypothesis' search is random here: no seed, not its derandomized ``ci`` profile), and the
-    cost model's calibration in ``ranges`` (measured times; the default memory cap is divided among workers)."""
-    return key in ("duration", "traceback", "drawn", "ranges") or key.endswith("_s")
+    cost model's calibration in ``ranges`` (measured times; the default memory cap is divided among workers), and
+    ``serde``'s ``memory`` (the cap it is held to, and the resident growth measured)."""
+    return key in ("duration", "traceback", "drawn", "ranges", "memory") or key.endswith("_s")
 
 
 def _normalized(data):

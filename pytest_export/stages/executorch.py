@@ -158,7 +158,7 @@ class _Checks(RuntimeChecks):
             over = [need for values, _, need in known if all(values.get(k, -1) >= x for k, x in at.items())]
             return (min(over) if over else max((need for _, _, need in known), default=0)) // 2
 
-        def work() -> tuple[dict[str, Any], Fit]:
+        def work() -> tuple[dict[str, Any], dict[str, Any]]:
             """In a forked child (``forked.in_child``): lowering and planning grow the process by about twice
             the weights, and much of it stays after it is freed (BERT-base: 0.78 GB, 0.5 GB kept); the child
             gives all of it back, and only the ``.pte`` comes out."""
@@ -186,10 +186,11 @@ class _Checks(RuntimeChecks):
                 raise StageFailure(f"the ExecuTorch runtime has no kernel for {', '.join(f'`{m}`' for m in missing)}: "
                                    f"{left_by(self.backends, 'them' if len(missing) > 1 else 'it')}",
                                    kind="unsupported-op", unsupported_op=missing[0], **data)
-            return data, fit
+            return data, {"bounds": fit.bounds, "need": fit.need, "declared_need": fit.declared_need, "why": fit.why}
 
         watched = Watched()  # what the child made (``lower_memory``): given back when it ended
-        data, fit = in_child(work, cap, LOWERING_S, "ExecuTorch's lowering and memory planning", watched)
+        data, found = in_child(work, cap, LOWERING_S, "ExecuTorch's lowering and memory planning", watched)
+        fit = Fit(program=None, **found)
         self.data.update(data, pte_path=str(path), lower_memory=watched.peak)
         self.data["memory"] = {"need": fit.need, "declared_need": fit.declared_need, "max_memory": cap,
                                "bounds": None if fit.bounds is None else
