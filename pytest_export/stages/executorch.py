@@ -148,15 +148,22 @@ class _Checks(RuntimeChecks):
         def described(bounds: dict[str, int]) -> str:
             return ", ".join(f"{by_root.get(r, r)}={b}" for r, b in bounds.items())
 
-        known, inverse = self.ctx.calibration.costs().known, {r: sym for sym, r in roots.items()}
+        known = self.ctx.calibration.costs().known  # (sizes, seconds, bytes) of the counted probes
+
+        def forward(values: dict[str, int]) -> int:
+            """Eager's forward at sizes the runtime is compared at: half the smallest numeric need predicted for a
+            counted probe no smaller (eager's forward and the program's)."""
+            over = [need for at, _, need in known if at.keys() >= values.keys()
+                    and all(x <= at[k] for k, x in values.items())]
+            return min(over) // 2 if over else 0
 
         def beside(bounds: dict[str, int] | None) -> int:
-            """Eager's forward, run beside the loaded plan at the largest sizes the runtime will run under
-            ``bounds``: half a numeric probe's predicted need there (eager's and the program's forward), from the
-            counted probes no smaller (BERT-base at real width: without it the stage grew 8% past the cap)."""
-            at = {inverse[r]: min((bounds or {}).get(r, n), n) for r, n in {**example, **largest}.items()}
-            over = [need for values, _, need in known if all(values.get(k, -1) >= x for k, x in at.items())]
-            return (min(over) if over else max((need for _, _, need in known), default=0)) // 2
+            """Eager's forward, which runs beside the loaded plan, at the largest of the sizes the runtime runs
+            under ``bounds`` (BERT-base at real width: without it the stage grew 8% past the cap)."""
+            runs = [p.values for _, p in inside
+                    if bounds is None or all(p.values.get(k, 0) <= bounds[r] for k, r in roots.items())]
+            base = {sym: example[r] for sym, r in roots.items()}
+            return max((forward(v) for v in runs), default=forward(base))
 
         def work() -> tuple[dict[str, Any], dict[str, Any]]:
             """In a forked child (``forked.in_child``): lowering and planning grow the process by about twice
