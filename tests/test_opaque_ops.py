@@ -167,3 +167,19 @@ def test_the_guard_refuses_an_allocation_past_the_cap_as_an_error_and_is_lifted_
     assert refused(str(info.value)), info.value
     assert resource.getrlimit(resource.RLIMIT_AS) == before
     assert torch.empty(256, 1024, 1024).numel()  # 1.07 GB of address space, untouched: allowed again
+
+
+def test_torchs_own_scalar_ops_are_not_opaque(tmp_path):
+    """``x.device`` is ``prim::device`` in the dispatcher: torch's own, allocating nothing; it had put every zoo
+    vision model under the memory guard with a line saying it could not be predicted."""
+    import pytest_export
+
+    assert opaque_name(torch.ops.prim.device.default) is None and opaque_name(torch.ops.aten.add.Tensor) is None
+
+    class OnDevice(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.ones(x.shape, device=x.device)
+
+    b = torch.export.Dim("b", min=1, max=8)
+    res = pytest_export.check(OnDevice(), (torch.randn(2, 3),), dynamic_shapes=({0: b},), workdir=tmp_path)
+    assert res.outcome == "passed" and "opaque" not in res.info["ranges"]
