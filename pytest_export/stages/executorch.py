@@ -43,6 +43,9 @@ from ..runtimes import EXAMPLE, Allowance, RuntimeChecks, runtime_tolerance
 from ..util import describe_exception, plural
 
 INSTALL = 'pip install "pytest-export[executorch]"'
+# the runtime's allocations beyond its plan and weights (the method's state, its outputs, the allocator's rounding):
+# BERT-base at real width grew the process by 1.70 GB where 1.48 GB was counted
+RUNTIME_MARGIN = 1.2
 LOWERING_S = 1800.0  # the lowering's child is stopped past this, where the case's own time limit has not stopped it
 
 
@@ -131,9 +134,10 @@ class _Checks(RuntimeChecks):
         """Bytes the runtime holds for ``program``: its planned buffers; the weights left to the portable kernels
         (read in from the file: a 201 MB linear stack on portable kernels grew the process by 217 MB with an 18 MB
         plan); a delegate's payload read in, and its weights packed again (BERT-base on XNNPACK, 438 MB of
-        payload: 0.83 GB over its plan, half at ``load_method``, half at the first ``execute``)."""
-        return (executorch_plan_bytes(program) + 2 * int(data.get("delegate_bytes", 0))
-                + int(data.get("constant_bytes", 0)))
+        payload: 0.83 GB over its plan, half at ``load_method``, half at the first ``execute``); times
+        ``RUNTIME_MARGIN`` for what the runtime allocates beyond them."""
+        return int(RUNTIME_MARGIN * (executorch_plan_bytes(program) + 2 * int(data.get("delegate_bytes", 0))
+                                     + int(data.get("constant_bytes", 0))))
 
     def fit(self, inside: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
         cap, model = self.ctx.calibration.costs().max_memory, self.model()
