@@ -20,6 +20,7 @@ import tempfile
 from typing import Any, Callable, Iterator
 
 from .context import StageFailure
+from .results import HarnessError
 from .util import describe_exception
 
 PARTITIONERS = {"xnnpack": ("executorch.backends.xnnpack.partition.xnnpack_partitioner", "XnnpackPartitioner", "XNNPACK")}
@@ -61,6 +62,9 @@ def other_backend(backends: tuple[str, ...], attempt: Callable[[tuple[str, ...]]
     keyword = f'executorch="{other[0]}"'
     try:
         wrong = attempt(other)
+    except HarnessError as exc:  # the harness could not run it (the memory cap): undecided, never "it fails too"
+        return (f"\nwith {backend_words(other)} ({keyword}) it could not be checked ({str(exc).splitlines()[0][:300]})",
+                {"backends": list(other), "status": "error", "failure": str(exc)[:600]})
     except Exception as exc:  # noqa: BLE001 - the other backend's own failure is its verdict
         wrong = describe_exception(exc, 300)
     if wrong is None:

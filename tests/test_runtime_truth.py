@@ -16,6 +16,7 @@ import torch
 from torch.export import Dim
 
 import pytest_export
+from pytest_export.results import HarnessError
 from pytest_export.declare import settings
 from pytest_export.declare.options import SessionOptions, merge
 from pytest_export.declare.values import parse_runtime_tolerance
@@ -183,6 +184,20 @@ def test_the_other_backend_tells_a_partitioners_defect_from_the_models():
     text, record = other_backend(("portable",), lambda other: "it disagrees with eager: max abs error 1")
     assert 'with the XNNPACK partitioner (executorch="xnnpack") it fails too (it disagrees' in text
     assert record["status"] == "failed"
+
+
+def test_an_other_backend_the_harness_could_not_run_is_undecided_not_failing_too():
+    """The other backend's plan past the memory cap (ResNet-50 at real width, portable: 3.75 GB) had read "it fails
+    too (not run: ...): not the XNNPACK partitioner's alone": a limit of the harness told as a verdict."""
+    _needs("executorch.runtime")
+    from pytest_export.lowering import other_backend
+
+    def attempt(other):
+        raise HarnessError("its memory plan needs ~3.75 GB > max_memory 1.58 GB")
+
+    text, record = other_backend(("xnnpack",), attempt)
+    assert "it could not be checked (its memory plan needs ~3.75 GB" in text and "fails too" not in text
+    assert record["status"] == "error"
 
 
 def test_an_exception_without_a_message_says_so_and_where():

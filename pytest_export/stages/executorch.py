@@ -241,7 +241,7 @@ class _Checks(RuntimeChecks):
             program = _plan(edge, self.exir, self.bounds, other, {})
             need = self.need(program, data)
             if need > cap:
-                return f"not run: its memory plan needs ~{format_bytes(need)} > max_memory {format_bytes(cap)}"
+                raise HarnessError(f"its memory plan needs ~{format_bytes(need)} > max_memory {format_bytes(cap)}")
             with open(path, "wb") as f:
                 program.write_to_file(f)
             return None
