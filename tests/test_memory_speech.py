@@ -74,8 +74,8 @@ class Outer(torch.nn.Module):
 
     def forward(self, x):
         if torch.compiler.is_exporting():
-            return (x.unsqueeze(-1) * x.unsqueeze(-2)).sum(-1)
-        return x * x.sum(-1, keepdim=True)
+            return (x.unsqueeze(-1) + x.unsqueeze(-2)).amax(-1)
+        return x + x.amax(-1, keepdim=True)  # the same values exactly: rounding is monotonic, a max has no order
 
 
 @pytest.mark.exportable(dynamic_shapes={"x": {1: Dim("n", min=2, max=MAX)}})
