@@ -86,30 +86,30 @@ def test_attention():
 '''
 
 
+def _peak(tmp_path, skip: str) -> tuple[str, int]:
+    """A run of ``test_cap.py`` under a 128 MB cap in its own process: its output and its peak RSS (``wait4``)."""
+    argv = [sys.executable, "-m", "pytest", "test_cap.py", "--export-check", "--export-max-memory", "128MB",
+            "--export-skip-stages", skip, "--export-examples", "3", "-p", "no:cacheprovider",
+            "-p", "no:xdist", "--export-report", str(tmp_path / "report.json")]
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, out
+    return out, usage.ru_maxrss * 1024
+
+
 def test_the_runtimes_memory_plan_is_held_to_the_cap(tmp_path):
     """Planned at t=16384 the program needs ~2.1 GB before it runs; under a 128 MB cap it is planned at the
     largest size that fits, the stage grows the run's peak by no more than the cap, and the terminal says how far
     the runtime ran and why."""
     _needs("executorch.runtime")
-    (tmp_path / "test_attention.py").write_text(textwrap.dedent(ATTENTION))
-    report = tmp_path / "report.json"
-
-    def peak(skip: str) -> tuple[str, int]:
-        argv = [sys.executable, "-m", "pytest", "test_attention.py", "--export-check", "--export-max-memory", "128MB",
-                "--export-skip-stages", skip, "--export-examples", "3", "-p", "no:cacheprovider",
-                "-p", "no:xdist", "--export-report", str(report)]
-        proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-        out = proc.stdout.read()
-        _, status, usage = os.wait4(proc.pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0, out
-        return out, usage.ru_maxrss * 1024
-
-    _, without = peak("serde,decomp,retrace,executorch")
-    out, with_stage = peak("serde,decomp,retrace")
+    (tmp_path / "test_cap.py").write_text(textwrap.dedent(ATTENTION))
+    _, without = _peak(tmp_path, "serde,decomp,retrace,executorch")
+    out, with_stage = _peak(tmp_path, "serde,decomp,retrace")
     import json
 
-    st = json.loads(report.read_text())["cases"][0]["stages"]["executorch"]
+    st = json.loads((tmp_path / "report.json").read_text())["cases"][0]["stages"]["executorch"]
     memory = st["memory"]
     assert memory["declared_need"] > 2**30 and memory["need"] <= memory["max_memory"] == 128 * 10**6
     assert memory["bounds"]["t"] < 16384
@@ -119,6 +119,33 @@ def test_the_runtimes_memory_plan_is_held_to_the_cap(tmp_path):
     assert with_stage - without <= memory["max_memory"], f"{with_stage / 1e6:.0f} MB vs {without / 1e6:.0f} MB"
 
 
+WIDE = '''
+import pytest, torch
+from torch.export import Dim
+
+@pytest.mark.exportable(dynamic_shapes={"input": {0: Dim("b", min=1, max=65536)}}, executorch=["xnnpack"])
+def test_wide():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 16)).eval(), \\
+        (torch.randn(4, 16),)
+'''
+
+
+def test_a_delegate_is_lowered_within_the_bounds_its_plan_fits(tmp_path):
+    """XNNPACK sizes its tensors at the upper bounds it is lowered with, at its first run whatever that run's size:
+    lowered at b=65536 (1 GB between the two layers) and only planned within the cap, a first run at b=4 grew the
+    process by that much. Lowered again within the bounds the plan chose, the stage grows the run by no more than
+    the cap."""
+    _needs("executorch.runtime")
+    (tmp_path / "test_cap.py").write_text(WIDE)
+    _, without = _peak(tmp_path, "serde,decomp,retrace,executorch")
+    out, with_stage = _peak(tmp_path, "serde,decomp,retrace")
+    import json
+
+    st = json.loads((tmp_path / "report.json").read_text())["cases"][0]["stages"]["executorch"]
+    assert st["status"] == "passed" and st["delegates"], st
+    assert st["memory"]["bounds"]["b"] < 65536 and "executorch: run to b=" in out
+    assert with_stage - without <= st["memory"]["max_memory"], f"{with_stage / 1e6:.0f} MB vs {without / 1e6:.0f} MB"
 def test_the_runtime_tolerance_allows_for_reduction_order_only():
     """float32 sums in another order differ at rel ~1e-6..1e-5: that passes; a wrong kernel's 1e-3 does not."""
     pick = runtime_tolerance("executorch", merge(SessionOptions(), {}))

@@ -12,7 +12,7 @@ from typing import Any
 from ..audit import FuzzModel
 from ..context import Context
 from .sizing import (ACCEPTED, FAKE, NUMERIC, RAISED, REFUSED, UNCHECKED, Sized, Verdict, fake_limit, mismatch,
-                     plan_edges, plan_for, run_eager, run_program)
+                     measure_probe, plan_edges, plan_for, run_eager, run_program)
 from .strategies import build_inputs
 
 def outside_promise(model: Any, values: dict[str, int]) -> bool:
@@ -214,6 +214,15 @@ def in_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
     return out
 
 
+def counted_need(ctx: Context, model: FuzzModel, values: dict[str, int]) -> int | None:
+    """The bytes a numeric run at ``values`` is predicted to need (eager's forward, then the program's beside its
+    outputs), from a fake count at those sizes; nothing is planned, recorded or charged to the budget. None where
+    inputs at those sizes cannot be built."""
+    costs = ctx.calibration.costs()
+    measured, ratio, _ = measure_probe(ctx, sized(ctx, model, values, record=False), costs)
+    return None if ratio is None else costs.predict(measured, ratio)[1]
+
+
 def largest_numeric(ctx: Context, model: FuzzModel, v: Any) -> int | None:
     """The largest size of ``v`` (the others at the example's) whose numeric run the cost model affords, found by
     bisection over fake runs; None where the example's own size is the largest, or the whole range is."""
@@ -374,7 +383,7 @@ def deployment_sizes(ctx: Context, largest_first: bool = False) -> tuple[list[tu
 
 __all__ = ["ACCEPTED", "REFUSED", "RAISED", "UNCHECKED", "Verdict", "Sized", "Probe", "plan_for", "plan_edges", "sized",
            "spread",
-           "largest_numeric", "fake_limit", "run_program", "run_eager", "mismatch",
+           "largest_numeric", "counted_need", "fake_limit", "run_program", "run_eager", "mismatch",
            "outside_promise", "describe_values", "in_range_problem", "blame", "Problem", "REFUSED_IN_RANGE", "WRONG_IN_RANGE",
            "EAGER_RAISED_IN_RANGE", "in_range_probes", "out_of_range_probes", "probe_inputs",
            "in_range_inputs", "out_of_range_inputs", "deployment_sizes"]

@@ -19,6 +19,10 @@ def format_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
+def format_seconds(s: float) -> str:
+    return f"{s:.3g} s" if s < 120 else f"{s / 60:.3g} min"
+
+
 def _row(coverage: dict[str, dict[str, Any]], name: str, lo: int | None, hi: int | None) -> dict[str, Any]:
     return coverage.setdefault(name, {"dim": name, "declared": [lo, hi], "shape_max": None, "numeric_max": None,
                                       "why": "", "_not": [], "_numeric": []})

@@ -52,6 +52,7 @@ class Sized:
         self.plan: Plan | None = None
         self.budgeted = True  # whether the case's time budget, besides the memory cap, decides numeric
         self.edge = False  # one of the edges: planned first, may take all that is left of the budget (#31)
+        self.reserved = 0.0  # nominal seconds the budget set aside for it (``cost.Costs.reserve``)
         self._measured: tuple[Any, float | None, bool] | None = None  # (its fake count, input ratio, fake runs it)
         self.unknown = ""  # why its inputs cannot be made (``InputsUnknown``), where they cannot
         self.eager_fake: Verdict | None = None
@@ -125,7 +126,7 @@ def plan_for(ctx: Context, sized: Sized) -> Plan:
         return _plan(ctx, sized, costs)
 
 
-def _measure(ctx: Context, sized: Sized, costs: Any) -> tuple[Any, float, bool]:
+def measure_probe(ctx: Context, sized: Sized, costs: Any) -> tuple[Any, float, bool]:
     """The probe's fake eager run, counted (its ``cost.Measure``, None where not countable), its input bytes over
     the example's, and whether fake tensors can run it; once per probe."""
     if sized._measured is not None:
@@ -179,11 +180,11 @@ def _plan(ctx: Context, sized: Sized, costs: Any) -> Plan:
     plan = _bounded(sized, costs)
     if plan is not None:
         sized.plan = plan
-        costs.charge(plan)
+        costs.charge(plan, probe=sized)
         if sized.in_range:
             _record(costs, sized, plan)
         return plan
-    measured, ratio, fake_ok = _measure(ctx, sized, costs)
+    measured, ratio, fake_ok = measure_probe(ctx, sized, costs)
     if ratio is None:
         sized.plan = plan = Plan(None, why=f"not checked: {sized.unknown}")
         if sized.in_range:
@@ -201,7 +202,7 @@ def _plan(ctx: Context, sized: Sized, costs: Any) -> Plan:
     sized.plan = plan
     if plan.mode == NUMERIC and costs.stopped(sized.values):  # the guard refused a probe no larger (issue #43)
         sized.plan = plan = Plan(FAKE if fake_ok else None, plan.seconds, plan.bytes, costs.stopped(sized.values))
-    costs.charge(plan, (measured.ops if measured is not None else 0) or (costs.example.ops if costs.example else 0))
+    costs.charge(plan, measured.ops if measured is not None else 0, sized)
     if not fake_ok and plan.mode is None:
         first = (sized.eager_fake.message.splitlines() or [""])[0][:200] if sized.eager_fake else costs.fake_problem
         plan.why = f"not checked: fake tensors cannot run it ({first}) and numerics do not fit ({plan.why})"
@@ -226,7 +227,7 @@ def plan_edges(ctx: Context, edges: list[Sized]) -> None:
         total = 0.0
         for sized in edges:
             sized.edge = True
-            measured, ratio, fake_ok = _measure(ctx, sized, costs)
+            measured, ratio, fake_ok = measure_probe(ctx, sized, costs)
             seconds, need = costs.predict(measured, ratio) if ratio is not None else (0.0, costs.max_memory + 1)
             if need <= costs.max_memory:
                 total += seconds
@@ -394,4 +395,4 @@ def mismatch(ctx: Context, got: Observation, want: Observation, fake: bool = Fal
 
 
 __all__ = ["ACCEPTED", "REFUSED", "RAISED", "UNCHECKED", "FAKE", "NUMERIC", "Verdict", "Sized", "plan_for", "plan_edges",
-           "fake_limit", "run_program", "run_eager", "mismatch"]
+           "measure_probe", "fake_limit", "run_program", "run_eager", "mismatch"]

@@ -55,6 +55,10 @@ def run(ctx: Context) -> dict[str, Any]:
     accepted_in: dict[str, set[int]] = {}
     eager_moved: set[str] = set()  # symbols moved by probes where eager itself raised
     inputs = [sized(ctx, model, p.values, p) for p in probes]
+    costs = ctx.calibration.costs()
+    for probe_in in inputs:  # each probe's check by shape, set aside before any numerics are planned (#43)
+        probe_in.reserved = costs.fake_seconds()
+    costs.reserve(sum(i.reserved for i in inputs))
     plan_edges(ctx, [i for p, i in zip(probes, inputs) if p.edge])  # numerics where defects live, first (#31)
     for probe, probe_in in zip(probes, inputs):
         try:
@@ -120,6 +124,7 @@ def run(ctx: Context) -> dict[str, Any]:
             failures.append((problem, "accepted-out-of-range"))
         finally:
             probe_in.release()  # the outputs went with the loop; the inputs go now (issue #31)
+            costs.release(probe_in)
     # the reloaded programs on a representative subset (issue #16): the boundaries of every range, in and out
     subset = [i for i, p in enumerate(probes) if p.kind in ("max", "min")] + [
         i for i, p in enumerate(probes) if p.kind == "in-range" and p.edge][:1] + [  # every dim at its min
