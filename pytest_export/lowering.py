@@ -1,6 +1,6 @@
 """ExecuTorch's lowering, read for findings: what the partitioners took and left (``op_counts``), the operators the
 runtime has no kernel for (``missing_kernels``), a lowering error as the operator and the partitioners that left it
-(``lowering_failure``), whether a program writes state the runtime would keep across calls (``mutates_state``), and
+(``lowering_failure``), a lowered program planned within bounds (``plan_program``), whether a program writes state the runtime would keep across calls (``mutates_state``), and
 the other backend's verdict on a failure (``other_backend``: XNNPACK's own defects are told from the model's), and
 what the runtime writes to stderr while it runs (``native_stderr``: its reasons, such as a bounded tensor's capacity).
 
@@ -17,10 +17,12 @@ import os
 import re
 import sys
 import tempfile
+import time
 from typing import Any, Callable, Iterator
 
 from .context import StageFailure
 from .results import HarnessError
+from .runtime_memory import capped_shape_pass
 from .util import describe_exception
 
 PARTITIONERS = {"xnnpack": ("executorch.backends.xnnpack.partition.xnnpack_partitioner", "XnnpackPartitioner", "XNNPACK")}
@@ -76,6 +78,23 @@ def _narrow(ep: Any, bounds: dict[str, int]) -> None:
     fake_mode = detect_fake_mode([n.meta.get("val") for n in ep.graph.nodes])
     if fake_mode is not None and fake_mode.shape_env is not None:
         narrowed(fake_mode.shape_env.var_to_range)
+
+
+def plan_program(edge: Any, exir: Any, bounds: dict[str, int] | None, backends: tuple[str, ...], data: dict[str, Any]) -> Any:
+    """``edge`` planned and emitted as an ExecuTorch program, each dynamic dim at ``bounds`` (None: the declared
+    ones). A copy of ``edge`` is planned (planning changes the graph), its weights shared, not copied."""
+    import copy
+
+    ep = edge.exported_program()
+    memo = {id(v): v for v in (*ep.state_dict.values(), *ep.constants.values())}
+    config = exir.ExecutorchBackendConfig(**({} if bounds is None else {"sym_shape_eval_pass": capped_shape_pass(bounds)}))
+    t0 = time.perf_counter()
+    try:
+        return copy.deepcopy(edge, memo).to_executorch(config)
+    except Exception as exc:  # noqa: BLE001 - what ExecuTorch cannot plan or emit is the finding
+        raise lowering_failure(exc, backends, data)
+    finally:
+        data["plan_s"] = round(data.get("plan_s", 0.0) + time.perf_counter() - t0, 3)
 
 
 def other_backend(backends: tuple[str, ...], attempt: Callable[[tuple[str, ...]], str | None],
@@ -211,5 +230,5 @@ def runtime_reason(said: list[str]) -> str:
     return f" (the runtime: {found.group(1).strip()})" if found else ""
 
 
-__all__ = ["PARTITIONERS", "partitioners", "lower", "other_backends", "other_backend", "left_by", "lowering_failure",
+__all__ = ["PARTITIONERS", "partitioners", "lower", "plan_program", "other_backends", "other_backend", "left_by", "lowering_failure",
            "op_counts", "missing_kernels", "mutates_state", "native_stderr", "runtime_reason"]

@@ -50,10 +50,11 @@ LAYERS: list[list[str]] = [
     ["probes.strategies", "context"],
     # work whose memory must go back when it ends, in a forked child held to the cap
     ["probes.sizing", "forked"],
-    ["probes.choose"],
+    # a runtime's memory plan held to the cap
+    ["probes.choose", "runtime_memory"],
     # the declaration a failing program really accepts, checked before it is offered; a runtime against eager
-    # ExecuTorch's lowering read for findings; a runtime's memory plan held to the cap
-    ["explain.fixes", "runtimes", "lowering", "runtime_memory"],
+    # ExecuTorch's lowering read for findings, and planned
+    ["explain.fixes", "runtimes", "lowering"],
     # the stages, one module each, and their registry
     STAGE_MODULES,
     ["stages"],
