@@ -5,10 +5,10 @@ misses low runs the machine out of memory, and one that misses high gives up num
 This runs ``pytest <paths> --export-check`` in a fresh process with the ``prediction_probe`` plugin, which
 measures every numeric probe's resident growth beside its prediction, and prints per case the ratio
 predicted / measured over its judged probes (min, median, max) and how many are within 2x both ways. Judged: the
-probes predicted from their own fake count. A probe no larger in any dim than one already counted is planned
-from that one's prediction, a bound rather than a prediction (``sizing._bounded``), and probes whose prediction
-and measurement are both under ``--floor`` MB are left out: there the allocator's reuse of freed memory and page
-granularity, not the prediction, decide the ratio.
+in-range probes predicted from their own fake count. A probe past a max runs eager alone where the program refuses
+it; one no larger in any dim than a probe already counted is planned from that one's prediction, a bound rather
+than a prediction (``sizing._bounded``); and where both the prediction and the measurement are under ``--floor``
+MB, the allocator's reuse of freed memory and page granularity, not the prediction, decide the ratio.
 
     python benchmarks/bench_prediction.py                                  # the zoo's CI slice
     python benchmarks/bench_prediction.py corpus/zoo/test_zoo_width.py     # real widths (minutes each)
@@ -53,7 +53,7 @@ def table(probes: list[dict], floor: float) -> tuple[list[str], dict]:
     lines = ["| case | numeric probes | judged | ratio min | median | max | within 2x |", "|---|---|---|---|---|---|---|"]
     total = {"probes": 0, "judged": 0, "within": 0, "low": [], "high": []}
     for case, rows in sorted(by_case.items()):
-        judged = [r for r in rows if r["counted"] and max(r["predicted"], r["measured"]) >= floor * 1e6]
+        judged = [r for r in rows if r["counted"] and r["in_range"] and max(r["predicted"], r["measured"]) >= floor * 1e6]
         ratios = [r["predicted"] / max(r["measured"], 1) for r in judged]
         within = sum(0.5 <= x <= 2 for x in ratios)
         total["probes"] += len(rows)

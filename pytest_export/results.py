@@ -149,6 +149,9 @@ class CaseResult:
             lines.append(f"numerics cut: {plan['cut']}: sizes planned numeric after it ran by shape only")
         if cov.get("fake_problem"):
             lines.append(f"fake tensors cannot run this model ({cov['fake_problem']}): numerics only")
+        if cov.get("program_problem"):
+            lines.append(f"the program could not be counted by fake tensors {cov['program_problem']}: its memory "
+                         "there is predicted from eager's count alone")
         if isinstance(cov.get("opaque"), dict):
             from .probes.cost import opaque_line
 

@@ -110,3 +110,44 @@ def test_a_program_that_makes_more_than_eager_is_predicted_from_its_own_count(tm
     assert peak - base <= 256 * 10**6, f"{peak / 1e6:.0f} MB vs {base / 1e6:.0f} MB without the large sizes"
     largest = case["ranges"]["largest"]
     assert largest["measured_bytes"] <= largest["predicted_bytes"] <= 2 * largest["measured_bytes"]
+
+
+UNCOUNTED = '''
+import pytest, torch
+from torch.export import Dim
+
+
+@torch.library.custom_op("uncounted::double", mutates_args=())
+def double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@double.register_fake
+def _(x):
+    if not isinstance(x.shape[-1], torch.SymInt) and x.shape[-1] > 40:  # a fake kernel with a limit of its own
+        raise RuntimeError("this fake kernel stops at 40 columns")
+    return torch.empty_like(x)
+
+
+class Doubler(torch.nn.Module):
+    def forward(self, x):
+        return double(x) if torch.compiler.is_exporting() else x * 2
+
+
+@pytest.mark.exportable(dynamic_shapes={"x": {1: Dim("n", min=2, max=64)}})
+def test_doubler():
+    return Doubler(), (torch.randn(1, 8),)
+'''
+
+
+def test_a_program_the_count_cannot_run_at_an_in_range_size_is_said(pytester):
+    """Where the program cannot be counted by fake tensors at an in-range size (a limit of its fake kernels), that
+    probe's memory comes from eager's count alone: the report and the coverage lines say so, never silently."""
+    pytester.makepyfile(test_doubler=UNCOUNTED)
+    result = pytester.runpytest_subprocess("--export-check", "--export-skip-stages", "serde,decomp,retrace",
+                                           "--export-report", "r.json", "-p", "no:cacheprovider")
+    case = json.loads((pytester.path / "r.json").read_text())["cases"][0]
+    problem = case["ranges"].get("program_problem", "")
+    assert "this fake kernel stops at 40 columns" in problem, case["ranges"]
+    result.stdout.fnmatch_lines(["*the program could not be counted by fake tensors at *n=*: its memory there is "
+                                 "predicted from eager's count alone*"])

@@ -38,6 +38,7 @@ class Calibration:
         self._eager = eager
         self._program = program
         self._program_on = program_on  # (args, kwargs, within) -> the program's Observation
+        self.program_error = ""  # why the program's last fake count failed (``program_counted``)
         self._fake_mode = None
         self._costs = None
         self._countable: bool | None = None
@@ -136,7 +137,8 @@ class Calibration:
         counter = counted(input_bytes((args, kwargs)), self.fake_mode())
         try:
             self._program_on(args, kwargs, counter)
-        except Exception:  # noqa: BLE001 - a refusal or a limit of fake tensors: nothing made to count
+        except Exception as exc:  # noqa: BLE001 - a refusal or a limit of fake tensors: nothing made to count
+            self.program_error = describe_exception(exc, 200).splitlines()[0]
             return None
         p = counter.measure
         return dataclasses.replace(eager, flops=max(eager.flops, p.flops), peak=max(eager.peak, p.peak),

@@ -202,6 +202,7 @@ class Costs:
     real_peak: int = 0  # the example's measured real peak (bytes of live tensors)
     fake_problem: str | None = None  # why fake tensors cannot run this model (then numerics only)
     peak_problem: str | None = None  # why an uncounted example's peak was not measured: numerics stop at its size
+    program_problem: str | None = None  # where the program could not be counted fake: eager's count alone there
     coverage: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     # (sizes by symbol, predicted seconds, predicted bytes) of the probes counted so far: a probe no larger in any
     # dim than one of them costs no more, so it is planned without a fake run of its own (``sizing.plan_for``)
@@ -209,10 +210,8 @@ class Costs:
     probes: dict[str, int] = dataclasses.field(default_factory=lambda: {FAKE: 0, NUMERIC: 0})
     largest: dict[str, Any] = dataclasses.field(default_factory=dict)  # the numeric probe predicted to need most
     planned: float = 0.0  # nominal seconds of the probes planned so far: what the budget is spent by (issue #43)
-    # nominal seconds set aside for the shape checks promised before they are planned (``guards``' probes): they
-    # run by fake tensors once the budget is spent, so numerics are planned within what they leave (issue #43:
-    # BERT-base's plan totalled 1.34x its budget without it)
-    reserved: float = 0.0
+    # seconds set aside for shape checks promised (``guards``' probes), which run fake once the budget is spent:
+    reserved: float = 0.0  # numerics are planned within what they leave (BERT-base's plan had totalled 1.34x; #43)
     cut: str = ""  # where the wall clock's safety net stopped numerics (then the plan is no longer the same anywhere)
     # the ops the count cannot see into, by name, as the example calibrated them (``opaque``; issue #43): a case with
     # any runs its numeric probes under the memory guard; ``stops``: (sizes by symbol, why, label) it refused
@@ -383,7 +382,8 @@ class Costs:
                                         "wall_s": round(self.wall(), 3), **({"cut": self.cut} if self.cut else {})},
                                "dims": [{k: v for k, v in row.items() if not k.startswith("_")}
                                         for row in self.coverage.values()]}
-        out.update({k: getattr(self, k) for k in ("fake_problem", "peak_problem", "largest") if getattr(self, k)})
+        out.update({k: getattr(self, k) for k in ("fake_problem", "peak_problem", "program_problem", "largest")
+                    if getattr(self, k)})
         if self.opaque:  # which ops the count could not see into, how each was predicted, what the guard refused
             out["opaque"] = {"ops": {name: {"calls": cal["calls"], "predicted": "calibrated" if cal.get("hidden")
                                             else "guarded", "hidden_bytes": cal.get("hidden"),

@@ -193,7 +193,9 @@ def _plan(ctx: Context, sized: Sized, costs: Any) -> Plan:
     plan, bound = costs.plan(measured, ratio, fake_ok, sized.budgeted, edge=sized.edge), True
     if plan.mode == NUMERIC and measured is not None:  # what runs real is counted on the program's side too (#43)
         both = ctx.calibration.program_counted(*sized.fake(), measured)
-        bound = both is not None  # a size the program refuses bounds no other
+        bound = both is not None  # a size the program refuses bounds no other; one in range not counted is said
+        costs.program_problem = costs.program_problem or (None if bound or not sized.in_range else
+                                                          f"at {sized.label}: {ctx.calibration.program_error}")
         if bound and both is not measured:
             measured = both
             plan = costs.plan(measured, ratio, fake_ok, sized.budgeted, edge=sized.edge)

@@ -183,11 +183,19 @@ def short_of_max_lines(cases: list[dict[str, Any]]) -> list[str]:
 
 def opaque_lines(cases: list[dict[str, Any]]) -> list[str]:
     """One line per case with ops the memory count cannot see into (issue #43): which, how each was predicted,
-    and what the memory guard stopped."""
+    and what the memory guard stopped; and one per case whose program the count could not run at an in-range size
+    (its memory there predicted from eager's count alone)."""
     from ..probes.cost import opaque_line
 
-    return [f"{c['nodeid']}: {opaque_line(c['ranges']['opaque'])}" for c in sorted(cases, key=lambda c: c["nodeid"])
-            if isinstance((c.get("ranges") or {}).get("opaque"), dict)]
+    out = []
+    for c in sorted(cases, key=lambda c: c["nodeid"]):
+        ranges = c.get("ranges") or {}
+        if isinstance(ranges.get("opaque"), dict):
+            out.append(f"{c['nodeid']}: {opaque_line(ranges['opaque'])}")
+        if ranges.get("program_problem"):
+            out.append(f"{c['nodeid']}: the program could not be counted by fake tensors {ranges['program_problem']}:"
+                       " its memory there is predicted from eager's count alone")
+    return out
 
 
 def runtime_short_lines(cases: list[dict[str, Any]]) -> list[str]:
@@ -229,11 +237,13 @@ def summary_mode(given: str, verbose: int) -> str:
 
 def needs_attention(cases: list[dict[str, Any]], messages: Iterable[str] = ()) -> bool:
     """Whether the end of a run shows its tables by default: a case that did not pass (a failure, an error, a known
-    failure, an xfail, an XPASS; a skipped case is no news), a pass short of a declared max by numerics or whose
-    guards were not proved over every declared size, or a line of the baseline's."""
+    failure, an xfail, an XPASS; a skipped case is no news), a pass short of a declared max by numerics, whose
+    guards were not proved over every declared size or whose memory was partly predicted from eager alone, or a
+    line of the baseline's."""
     return (any(verdict_of(c) not in (PASSED, SKIPPED) for c in cases) or bool(short_of_max_lines(cases))
             or bool(runtime_short_lines(cases)) or len(proof_lines(cases)) > 1 or bool(list(messages))
-            or any((c.get("ranges") or {}).get("opaque", {}).get("stopped") for c in cases))
+            or any((c.get("ranges") or {}).get("opaque", {}).get("stopped") for c in cases)
+            or any((c.get("ranges") or {}).get("program_problem") for c in cases))
 
 
 def green_line(cases: list[dict[str, Any]], torch: str | None, report: str | None = None) -> str:
