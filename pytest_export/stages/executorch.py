@@ -184,8 +184,8 @@ class _Checks(RuntimeChecks):
                 fit = choose(plan, cap, example, largest, described) if example else None
             if fit is None and example:
                 raise HarnessError(f"{self.head(data)}not run in the ExecuTorch runtime: its memory plan at the "
-                                   f"example's sizes needs more than max_memory {format_bytes(cap)}; raise "
-                                   "--export-max-memory (max_memory=) to check the runtime")
+                                   f"example's sizes needs ~{format_bytes(plan(example)[1])} > max_memory "
+                                   f"{format_bytes(cap)}; raise --export-max-memory (max_memory=) to check the runtime")
             if fit is None:  # static shapes: one plan
                 program, need = plan(None)
                 fit = Fit(None, need, program, need)
