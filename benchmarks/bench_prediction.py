@@ -51,7 +51,7 @@ def table(probes: list[dict], floor: float) -> tuple[list[str], dict]:
     for p in probes:
         by_case.setdefault(p["case"].split("::")[-1], []).append(p)
     lines = ["| case | numeric probes | judged | ratio min | median | max | within 2x |", "|---|---|---|---|---|---|---|"]
-    total = {"probes": 0, "judged": 0, "within": 0, "low": [], "high": []}
+    total = {"probes": 0, "judged": 0, "within": 0, "low": [], "high": [], "judged_rows": []}
     for case, rows in sorted(by_case.items()):
         judged = [r for r in rows if r["counted"] and r["in_range"] and max(r["predicted"], r["measured"]) >= floor * 1e6]
         ratios = [r["predicted"] / max(r["measured"], 1) for r in judged]
@@ -61,6 +61,7 @@ def table(probes: list[dict], floor: float) -> tuple[list[str], dict]:
         total["within"] += within
         total["low"] += [(case, r) for r, x in zip(judged, ratios) if x < 0.5]
         total["high"] += [(case, r) for r, x in zip(judged, ratios) if x > 2]
+        total["judged_rows"] += [(case, r) for r in judged]
         if ratios:
             lines.append(f"| {case} | {len(rows)} | {len(judged)} | {min(ratios):.2f} | "
                          f"{statistics.median(ratios):.2f} | {max(ratios):.2f} | {within} of {len(judged)} |")
@@ -74,13 +75,15 @@ def main() -> None:
     parser.add_argument("paths", nargs="*", default=["corpus/zoo"])
     parser.add_argument("--tags", default="zoo-ci", help="--export-tags of the run ('' for all)")
     parser.add_argument("--floor", type=float, default=16.0, help="MB under which a probe is not judged")
+    parser.add_argument("--each", action="store_true", help="every judged probe, not only those outside 2x")
     args = parser.parse_args()
     probes = measure(args.paths, ["--export-tags", args.tags] if args.tags else [])
     lines, total = table(probes, args.floor)
     print("\n".join(lines))
     print(f"\n{total['probes']} numeric probes, {total['judged']} counted and at or above {args.floor:g} MB: "
           f"{total['within']} within 2x both ways")
-    for side, rows in (("predicted under half", total["low"]), ("predicted over twice", total["high"])):
+    sides = [("predicted under half", total["low"]), ("predicted over twice", total["high"])]
+    for side, rows in sides + ([("judged", total["judged_rows"])] if args.each else []):
         for case, r in rows:
             print(f"  {side}: {case} at {r['sizes']}: predicted {r['predicted'] / 1e6:.0f} MB, "
                   f"measured {r['measured'] / 1e6:.0f} MB")

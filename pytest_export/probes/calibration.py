@@ -15,7 +15,7 @@ import torch
 import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
 
 from ..torchlog import quiet_fake_logs
-from ..util import describe_exception, trim_heap
+from ..util import describe_exception, resident_is_live, trim_heap
 from .cost import Costs, Measure, counted, default_max_memory, input_bytes
 
 if TYPE_CHECKING:
@@ -174,7 +174,8 @@ def resident_peak(run: Callable[[], Any]) -> tuple[int, str | None]:
         before = _status_bytes("VmRSS")
     except (OSError, ValueError) as exc:
         return 0, f"its peak memory cannot be measured here ({type(exc).__name__}: {exc})"
-    run()
+    with resident_is_live():  # what is alive, not what a fragmented heap keeps besides
+        run()
     return max(0, _status_bytes("VmHWM") - before), None
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from .coverage import (FAKE, NUMERIC, coverage_line, format_bytes, format_seconds, opaque_line, record, short_of_max,
                        short_text, unrecord)
-from .kernels import attention_flops, hidden_scores
+from .kernels import attention_flops, hidden_bytes
 from .opaque import GUARD_SLACK, extrapolate, measured_call, note, opaque_name
 
 # the share of the machine's memory one worker's numeric probes may use by default: small enough that a CI
@@ -87,7 +87,7 @@ def tally_mode():
             self.ops += 1
             if "attention" in func.__name__ and func.overloadpacket not in flop_registry:
                 self.flops += attention_flops(args)
-            hidden = hidden_scores(func.overloadpacket.__name__, args)  # made and freed inside the kernel
+            hidden = hidden_bytes(func.overloadpacket.__name__, args, out)  # made and freed inside the kernel
             self.peak = max(self.peak, self.live + hidden)
             returns = func._schema.returns
             for i, t in enumerate(pytree.tree_leaves(out)):
@@ -105,7 +105,7 @@ def tally_mode():
     return Tally()
 
 
-MEMORY_MARGIN = 1.5  # resident growth over the live tensors counted (workspaces, rounding): 1.0-1.3x measured
+MEMORY_MARGIN = 1.2  # resident growth over the live tensors counted (workspaces, rounding), the heap kept honest
 # the deterministic plan (issue #43): a probe's cost in nominal seconds, from what its fake run counted (FLOPs, bytes
 # made, operators dispatched) at fixed rates, so that the same commit plans the same sizes on any machine under any
 # load. The rates are a modest CPU's (two cores): a budget's seconds are about real seconds there

@@ -5,6 +5,7 @@ program or eager did with it: accepted (with its result), refused by a guard, or
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -15,12 +16,13 @@ from ..explain.frames import at_text
 from ..observe import Observation, compare_observations, shape_mismatch
 from ..results import HarnessError
 from ..timeout import Expired, time_limit
-from ..util import describe_exception, trim_heap
+from ..util import describe_exception, resident_is_live, trim_heap
 from .cost import FAKE, NUMERIC, Plan
 from .strategies import BuilderError, build_inputs, fake_inputs
 
 ACCEPTED, REFUSED, RAISED = "accepted", "refused", "raised"
-TRIM_AFTER = 128 * 2**20  # a numeric probe predicted to need this much hands the C heap's free pages back
+LIVE_AFTER = 16 * 2**20  # a numeric probe predicted this large (or measured) runs with resident what is alive (#43)
+TRIM_AFTER = 128 * 2**20  # and this large, it hands the C heap's free pages back after it (#31)
 UNCHECKED = "unchecked"  # neither fake nor numeric could run it (``Verdict.message`` says why)
 
 _REFUSALS = ("Guard failed", "Expected input", "to be equal to", "to be <=", "to be >=", "is outside of",
@@ -246,8 +248,9 @@ def _numeric(ctx: Context, sized: Sized, call: Any, instead: Any) -> Any:
     costs = ctx.calibration.costs()
     limit = costs.probe_timeout(plan)
     watch = _watched(costs, sized)
+    live = resident_is_live() if plan.bytes >= LIVE_AFTER or watch is not None else contextlib.nullcontext()
     try:
-        with time_limit(limit, error=Expired):
+        with time_limit(limit, error=Expired), live:
             if not costs.opaque:
                 return call()
             return guarded(ctx, sized, call, instead)
@@ -260,10 +263,7 @@ def _numeric(ctx: Context, sized: Sized, call: Any, instead: Any) -> Any:
             from .calibration import resident_high
 
             watch["measured_bytes"] = max(watch.get("measured_bytes", 0), resident_high() - sized.rss_base)
-        # what a large forward freed goes back now: a later probe of other sizes would allocate beside it rather
-        # than in it, and the process's peak would grow with each probe (ResNet-50 to batch 61: 2.79 -> 1.40 GB;
-        # issue #31). A small one's is left for the next to reuse: handing it back costs it page faults
-        if plan.bytes >= TRIM_AFTER:
+        if plan.bytes >= TRIM_AFTER:  # its freed heap goes back, else the next probe allocates beside it (#31)
             trim_heap()
 
 
