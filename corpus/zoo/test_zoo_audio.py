@@ -63,8 +63,8 @@ def _whisper_inputs(batch: int, tgt: int) -> dict:
     dynamic_shapes={"input_features": {0: BATCH}, "decoder_input_ids": {0: BATCH, 1: TGT}, "use_cache": None},
     input_builder=lambda sizes, args, kwargs: ((), _whisper_inputs(sizes["batch"], sizes["tgt"])),
     tags=["zoo", "audio", "encoder-decoder", "zoo-ci", "onnx", "executorch"],
-    xfail={"executorch": "XNNPACK's memory plan of input_features holds 15 batches of the declared 64: batch 64 "
-                         "is refused (a bounded tensor of 15360 elements)"},
+    xfail={"executorch": "ExecuTorch's memory plan bounds input_features at 15 batches, below the batch it was "
+                         "lowered for: batch 16 is refused (a bounded tensor of 15360 elements)"},
 )
 def test_whisper():
     seeded()
