@@ -90,7 +90,7 @@ def environment(**values: str | None):
 
 
 _LIBC: list[Any] = []
-_LIVE: list[bool] = []  # the blocks of ``resident_is_live`` open (nested ones leave the threshold to the outermost)
+_LIVE = [0]  # how many blocks of ``resident_is_live`` are open: the outermost sets the threshold and restores it
 # glibc's mallopt parameters; the mmap threshold at its default (an allocation of 128 KiB or more is mapped on its
 # own, and its pages go back to the system when it is freed), and where glibc's own adjustment takes it once a block
 # that large has been freed (reused from the heap without page faults: the speed of every forward outside a
@@ -117,7 +117,7 @@ def _mallopt(threshold: int) -> bool:
 
 
 @contextlib.contextmanager
-def resident_is_live() -> Iterator[bool]:
+def resident_is_live() -> Iterator[None]:
     """Inside the block, every tensor of 128 KiB or more is mapped on its own and its pages go back when it is
     freed (glibc's mmap threshold at its default, fixed by ``mallopt``), so the process's resident memory is what
     is alive: what a measure or a probe held to the memory cap needs. glibc otherwise raises the threshold to the
@@ -125,15 +125,15 @@ def resident_is_live() -> Iterator[bool]:
     fit the hole a freed one left: BERT's live tensors peaked at 59 MB in a probe that grew the process by 69-80 MB,
     and a forward of growing tensors by twice what was alive, which no count of tensors predicts (issue #43).
     After it, the threshold stays at 32 MiB (where glibc's own would be): a forward outside a measure reuses the
-    heap without page faults. Yields False where the C library has no ``mallopt`` (not glibc)."""
-    outer = bool(_LIVE)
-    done = outer or _mallopt(MAPPED)
-    _LIVE.append(done)
+    heap without page faults. Nothing changes where the C library has no ``mallopt`` (not glibc)."""
+    outermost = not _LIVE[0]
+    _LIVE[0] += 1
+    done = outermost and _mallopt(MAPPED)
     try:
-        yield done
+        yield
     finally:
-        _LIVE.pop()
-        if done and not outer:
+        _LIVE[0] -= 1
+        if done:
             _mallopt(HEAP)
 
 
