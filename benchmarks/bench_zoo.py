@@ -49,7 +49,8 @@ def _prepare(module: Any, args: tuple, kwargs: dict, keywords: dict, result: Any
     from pytest_export.context import Context
     from pytest_export.declare.case import Case
     from pytest_export.declare.options import SessionOptions, merge
-    from pytest_export.probes.choose import in_range_probes, out_of_range_probes, probe_inputs
+    from pytest_export.probes.choose import Probe, in_range_probes, out_of_range_probes, probe_inputs
+    from pytest_export.runtimes import _PAIR
     from pytest_export.probes.strategies import build_inputs, fake_inputs
     from pytest_export.stages.fuzz import value_seed
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -72,6 +73,12 @@ def _prepare(module: Any, args: tuple, kwargs: dict, keywords: dict, result: Any
         return mode, probe_inputs(ctx, model, p, builder)
 
     in_range = [p for p in in_range_probes(ctx, model)]
+    # the probes guards added once its tiers were planned (the largest affordable size, a proof's witness): by name
+    known, symbol_of = {p.description for p in in_range}, {n: v.symbol for v in model.vars for n in v.names}
+    for rec in guards.data.get("probe_list", []) if guards is not None else []:
+        values = {symbol_of[n]: int(x) for n, x in _PAIR.findall(rec["probe"]) if n in symbol_of}
+        if rec["kind"] == "in-range" and rec["probe"] not in known and len(values) == len(model.vars):
+            in_range.append(Probe(rec["probe"], values, {}, "in-range"))
     out_range = [p for p in out_of_range_probes(ctx, model)]
     probes = [inputs(p, options.input_builder if p.in_range else None) for p in in_range + out_range]
     boundary = [i for i, p in enumerate(in_range + out_range) if p.kind in ("max", "min")] + [

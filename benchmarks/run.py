@@ -20,6 +20,8 @@ Figures (goal in brackets):
             with XNNPACK and the checks in ExecuTorch's runtime); needs executorch (the [executorch] extra)
   proof     the proof of the programs' guards over every declared size vs each case's own time, the zoo's CI
             slice and two planted refusals  [< 5% of a case's time on the zoo]
+  plan      the plan's predicted seconds for the numeric probes of the zoo's CI slice vs their wall seconds, per
+            case (bench_prediction.py)  [median and worst case within 0.67x-1.5x]; needs the [zoo] extra
   memory    real-width zoo models (BERT-base, TinyLlama's width at 2 layers, ResNet-50; --quick: BERT-base only):
             peak RSS and wall time of `pytest <case> --export-check` vs the raw floor (export plus one eager and
             one program forward, in a fresh process each), with the case's verdict and per-dim coverage
@@ -267,6 +269,22 @@ def bench_proof(repeats: int) -> dict | None:
     return bench_proof.measure()
 
 
+def bench_plan(repeats: int) -> dict | None:
+    """Predicted vs wall seconds of the zoo slice's numeric probes, per case (issue #50)."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return None
+    import bench_prediction
+
+    calls = bench_prediction.measure(["corpus/zoo"], ["--export-tags", "zoo-ci"], calls=True)
+    lines, ratios = bench_prediction.time_table(calls)
+    if not ratios:
+        return None
+    return {"text": bench_prediction.time_summary(ratios) + "\n" + "\n".join("          " + ln for ln in lines),
+            "ratios": ratios}
+
+
 def bench_memory(quick: bool) -> dict | None:
     import bench_memory  # real-width models: the harness's peak memory vs the raw floor's
 
@@ -277,19 +295,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats, no corpus xdist run, memory on BERT-base only")
     ap.add_argument("--only", help="comma-separated subset: load,harness,variants,xdist,fuzz,zoo,ranges,onnx,executorch,"
-                    "memory")
+                    "proof,plan,memory")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE))
     os.environ.setdefault("PYTHONPATH", str(ROOT))
     repeats = 1 if args.quick else 3
-    wanted = set((args.only or "load,harness,variants,xdist,fuzz,zoo,ranges,onnx,executorch,proof,memory").split(","))
+    wanted = set((args.only or "load,harness,variants,xdist,fuzz,zoo,ranges,onnx,executorch,proof,plan,memory").split(","))
     if args.quick:
         wanted.discard("xdist")
     runs = {"load": lambda: bench_load(repeats * 10), "harness": lambda: bench_harness(repeats),
             "variants": lambda: bench_variants(repeats), "xdist": lambda: bench_xdist(1), "fuzz": lambda: bench_fuzz(repeats),
             "zoo": lambda: bench_zoo(repeats), "ranges": lambda: bench_ranges(repeats),
             "onnx": lambda: bench_onnx(repeats), "executorch": lambda: bench_executorch(repeats),
-            "proof": lambda: bench_proof(repeats), "memory": lambda: bench_memory(args.quick)}
+            "proof": lambda: bench_proof(repeats), "plan": lambda: bench_plan(repeats),
+            "memory": lambda: bench_memory(args.quick)}
     print(f"pytest-export benchmarks (python {sys.version.split()[0]}, {os.cpu_count()} cores)")
     for name, fn in runs.items():
         if name not in wanted:

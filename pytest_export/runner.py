@@ -19,7 +19,7 @@ from .results import ERROR, FAILED, PASSED, SKIPPED, XFAILED, XPASSED, CaseResul
 from .stages import REGISTRY
 from .timeout import CaseTimeout, supported, time_limit
 from .torchlog import captured_torch_output
-from .util import describe_exception
+from .util import describe_exception, plural
 
 def _usable(ctx: Context, name: str) -> bool:
     """Whether a later stage may build on stage ``name``: it passed, it is not in this run, it was left out on
@@ -127,9 +127,21 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
             coverage = {**(coverage or {}), "guards": {k: proof[k] for k in ("proved", "sizes", "guards", "line")}}
         if coverage:
             ctx.result.info["ranges"] = coverage
+            edges = coverage.get("edges_short")
+            if edges:  # said at the case, not only in the summary (issue #50)
+                ctx.result.warnings.append(edges_warning(edges, options.budget_auto))
         if progress is not None:
             progress("", time.perf_counter() - begun)
         return _require_numerics(ctx.result.finish(), options)
+
+
+def edges_warning(edges: dict[str, Any], auto: bool) -> str:
+    """The line that says the budget left edges of the declared box to shape checks, and the budget that runs them."""
+    first, more = edges["edges"][0], len(edges["edges"]) - 1
+    whose = "the default budget (raised for the edges to its cap)" if auto else "the budget"
+    return (f"{whose} left {plural(len(edges['edges']), 'edge')} of the declared ranges checked by shape only, "
+            f"without numerics: {first}" + (f" (and {more} more)" if more else "")
+            + f"; --export-budget {edges['budget_needed']:g} runs every edge with real tensors")
 
 
 def _require_numerics(result: CaseResult, options: CaseOptions) -> CaseResult:

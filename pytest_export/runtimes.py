@@ -10,14 +10,16 @@ with an out-of-range size (``refusals``), what it records (``finish``) and how i
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .compare import Mismatch, compare_leaves, default_tolerances
 from .context import Context, StageFailure
 from .observe import Observation, random_note, without_random
 from .ops import random_outputs
-from .probes.choose import deployment_sizes
+from .probes.choose import Probe, out_of_range_probes, sized
 from .probes.cost import PROBE_BUDGET_SHARE
+from .probes.sized import Sized
 from .results import FAILED, XFAILED
 from .util import plural
 
@@ -222,6 +224,60 @@ class Allowance:
             return False
         self.spent += cost
         return True
+
+
+_PAIR = re.compile(r"(?:^|, )([^=]+?)=(-?\d+)(?=, |$)")
+
+
+def deployment_sizes(ctx: Context, largest_first: bool = False) -> tuple[list[tuple[str, Sized]], list[tuple[str, Sized]]]:
+    """What a deployment stage (``onnx``, ``executorch``) runs its converted program at: the in-range sizes
+    ``guards`` and ``fuzz`` ran numeric (the program right there), and the out-of-range ones ``guards`` ran numeric
+    that the program refused: (label, ``Sized`` inputs) each. ``largest_first``: for each dim in turn, the size
+    that holds its largest value leads (a bounded memory plan fails there first, and the budget may end early)."""
+    au = ctx.audit() if ctx.declaration is not None else None
+    if au is None:
+        return [], []
+    model = au.model
+    by_name = {n: v.symbol for v in model.vars for n in v.names}
+    everything = {v.symbol for v in model.vars}
+    seen: list[dict[str, int]] = []
+    inside: list[tuple[str, Sized]] = []
+    outside: list[tuple[str, Sized]] = []
+
+    def add(values: dict[str, int]) -> None:
+        if values and set(values) == everything and values not in seen:
+            seen.append(values)
+            text = ", ".join(f"{n}={v}" for n, v in model.named(values).items())
+            inside.append((f"sizes {text}", sized(ctx, model, values, record=False)))
+
+    guards = ctx.result.stages.get("guards")
+    additional = iter(ctx.declaration.additional)
+    out_of_range = None
+    for rec in guards.data.get("probe_list", []) if guards is not None else []:
+        numeric, kind = rec.get("mode") == "numeric", rec.get("kind")
+        given = next(additional, None) if kind == "additional" else None
+        if not numeric or "finding" in rec:
+            continue
+        if kind == "in-range" and rec.get("program") == "accepted":
+            add({by_name[n]: int(v) for n, v in _PAIR.findall(rec["probe"]) if n in by_name})
+        elif kind == "additional" and given is not None and rec.get("program") == "accepted":
+            probe = Probe(rec["probe"], {}, {}, "additional", (tuple(given[0]), dict(given[1])))
+            inside.append((rec["probe"], sized(ctx, model, {}, probe, record=False)))
+        elif kind in ("max", "min", "relation", "static") and rec.get("program") == "refused":
+            if out_of_range is None:
+                out_of_range = {p.description: p for p in out_of_range_probes(ctx, model)}
+            p = out_of_range.get(rec["probe"])
+            if p is not None:
+                outside.append((p.description, sized(ctx, model, p.values, p, record=False)))
+    fuzz = ctx.result.stages.get("fuzz")
+    for drawn in fuzz.data.get("drawn", []) if fuzz is not None else []:
+        if drawn.get("mode") == "numeric":
+            add({by_name[n]: int(v) for n, v in drawn.items() if n in by_name})
+    if largest_first and seen:
+        ranked = [i for i, (_, probe) in enumerate(inside) if probe.values in seen]  # the sizes, as seen has them
+        lead = list(dict.fromkeys(ranked[max(range(len(seen)), key=lambda i: seen[i][v.symbol])] for v in model.vars))
+        inside = [inside[i] for i in lead] + [x for i, x in enumerate(inside) if i not in lead]
+    return inside, outside
 
 
 __all__ = ["RuntimeChecks", "RUNTIME_TOLERANCES", "runtime_tolerance", "tolerance_text", "MAX_SIZE_CHECKS", "MAX_REFUSAL_CHECKS", "EXAMPLE", "Allowance"]

@@ -33,8 +33,10 @@ LAYERS: list[list[str]] = [
     ["probes.kernels", "probes.opaque", "probes.coverage", "declare.values"],
     # plain helpers and torch glue with no package imports; what a probe costs; the model's frames of a failure;
     # the repro script's text
-    ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.cost", "probes.solver", "declare.blob", "explain.frames",
-     "explain.guardsource", "repro.script", "repro.checks"],
+    ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.count", "probes.solver", "declare.blob",
+     "explain.frames", "explain.guardsource", "repro.script", "repro.checks"],
+    # what a probe costs, from what was counted: its predicted time and memory, the budget's ledger
+    ["probes.cost"],
     # the vocabulary: options and keywords, the result model, a run's scope and its verdicts, draft-export diagnosis
     # the program's guards decided over a declared box, and the narrowings they accept; a fix that keeps the promise
     ["probes.proof", "probes.narrow", "explain.promise"],
@@ -48,6 +50,8 @@ LAYERS: list[list[str]] = [
     ["audit", "report.files", "probes.calibration"],
     # what stages share
     ["probes.strategies", "context"],
+    # a probe's inputs at chosen sizes, and the verdicts' vocabulary
+    ["probes.sized"],
     # work whose memory must go back when it ends, in a forked child held to the cap
     ["probes.sizing", "forked"],
     # a runtime's memory plan held to the cap

@@ -32,10 +32,11 @@ def test_the_plans_total_stays_within_a_budget_that_affords_its_shape_checks(bud
         assert plan.mode in (NUMERIC, FAKE)
         costs.charge(plan, probe=probe)
     assert costs.reserved == 0.0  # every reservation was given back once
+    assert costs.used() <= budget + 1e-9, (costs.used(), budget)  # never past the budget (issue #50)
     if affordable:
-        assert costs.used() <= budget + 1e-9, (costs.used(), budget)
-    else:  # shape checks run regardless: the total is theirs, and numerics took nothing
-        assert costs.used() <= sum(costs.fake_seconds() for _ in seconds) + 1e-9
+        assert costs.beyond == 0.0
+    else:  # shape checks run regardless: what the budget could not pay for is told apart, and numerics took nothing
+        assert costs.used() + costs.beyond <= sum(costs.fake_seconds() for _ in seconds) + 1e-9
 
 
 def test_without_the_reserve_the_shape_checks_after_the_budget_passed_it():
@@ -48,7 +49,8 @@ def test_without_the_reserve_the_shape_checks_after_the_budget_passed_it():
     for probe, s in zip(probes, seconds):
         reserved.charge(reserved.decide(s, 0, fake_ok=True), probe=probe)
         unreserved.charge(unreserved.decide(s, 0, fake_ok=True))
-    assert reserved.used() <= 40.0 < unreserved.used()
+    assert reserved.used() <= 40.0 and reserved.beyond == 0.0
+    assert unreserved.beyond > 0.0  # the shape checks that came after the budget was spent ran past it
 
 
 def test_a_released_probe_gives_back_its_share_once():

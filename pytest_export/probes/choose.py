@@ -6,13 +6,12 @@ verdict on an in-range size is right. Shared by ``guards``, ``fuzz``, ``retrace`
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 from ..audit import FuzzModel
 from ..context import Context
 from .sizing import (ACCEPTED, FAKE, NUMERIC, RAISED, REFUSED, UNCHECKED, Sized, Verdict, fake_limit, mismatch,
-                     measure_probe, plan_edges, plan_for, run_eager, run_program)
+                     measure_probe, plan_edges, plan_for, plan_tier, quote, run_eager, run_program)
 from .strategies import build_inputs
 
 def outside_promise(model: Any, values: dict[str, int]) -> bool:
@@ -143,6 +142,9 @@ class Probe:
     kind: str  # "in-range" | "zero" | "max" | "min" | "small" | "relation" | "static" | "additional"
     inputs: tuple[tuple, dict] | None = None
     edge: bool = False  # an edge: every dim at its min, or one dim at its max and the others at their min (#31)
+    # the order its numerics are paid for in (issue #50): 0 the edges, 1 each dim at its min and max with the others
+    # at the example, 2 the corners, 3 the rest
+    tier: int = 3
 
     @property
     def in_range(self) -> bool:
@@ -174,43 +176,76 @@ def spread(lo: int, hi: int, limit: int = MAX_SPREAD_PROBES) -> list[int]:
     return sorted({powers[round(i * step)] for i in range(limit)})
 
 
-def in_range_probes(ctx: Context, model: FuzzModel) -> list[Probe]:
-    """The edges first (issue #31: every dim at its min; each dim at its max with the others at their min, where
-    defects live and numerics are cheapest: batch 1 at the max sequence), then the all-max corner, each dim at
-    min, min+1, max-1, max with the others at the example, powers of two across each range, the largest size
-    numerics can afford, size 0 where promised, and the AdditionalInputs examples."""
+EDGES, AT_EXAMPLE, CORNERS, REST = range(4)  # the tiers of the order numerics are paid for in (issue #50)
+MAX_CORNER_DIMS = 4  # up to this many dims, every corner of the box; past it, the all-max corner alone
+
+
+def in_range_probes(ctx: Context, model: FuzzModel, largest: bool = False) -> list[Probe]:
+    """The in-range probes in the order their numerics are paid for (issue #50), each tagged with its ``tier``:
+
+    0. the edges (issue #31): every dim at its min, and each dim at its max with the others at their min, where
+       defects live and numerics are cheapest (batch 1 at the max sequence);
+    1. each dim at its min and at its max with the others at the example's sizes;
+    2. the corners of the declared box (every dim at its min or max; past ``MAX_CORNER_DIMS`` dims, all at the max);
+    3. the rest: each dim at min+1 and max-1 with the others at the example, powers of two across each range, and
+       with ``largest`` the largest size numerics can afford (``largest_probes``; guards asks for it once the tiers
+       before it are planned), size 0 where promised, and the AdditionalInputs examples."""
+    import itertools
+
     base = model.example_values()
     seen: list[dict[str, int]] = []
     out: list[Probe] = []
 
-    def add(values: dict[str, int], kind: str = "in-range", edge: bool = False) -> None:
+    def add(values: dict[str, int], tier: int, kind: str = "in-range") -> None:
         # inside the relations export kept for dims that promise no range (issue #24), moving only those dims
         values = model.fit(values, keep={s for s, x in values.items() if x != base.get(s)})
         if values is not None and values not in seen:
             seen.append(values)
-            out.append(Probe(_describe(model, values), values, {}, kind, edge=edge))
+            out.append(Probe(_describe(model, values), values, {}, kind, edge=tier == EDGES, tier=tier))
 
     lows = {v.symbol: v.lo for v in model.vars}
-    add(lows, edge=True)
+    add(lows, EDGES)
     for v in model.vars:
-        add({**lows, v.symbol: v.hi}, edge=True)
-    add({v.symbol: v.hi for v in model.vars})
+        add({**lows, v.symbol: v.hi}, EDGES)
     for v in model.vars:
-        for size in sorted({v.lo, v.lo + 1, v.hi - 1, v.hi}):
+        for size in (v.lo, v.hi):
+            add({**base, v.symbol: size}, AT_EXAMPLE)
+    if len(model.vars) <= MAX_CORNER_DIMS:
+        for corner in itertools.product(*[(v.lo, v.hi) for v in model.vars]):
+            add(dict(zip([v.symbol for v in model.vars], corner)), CORNERS)
+    add({v.symbol: v.hi for v in model.vars}, CORNERS)
+    for v in model.vars:
+        for size in (v.lo + 1, v.hi - 1):
             if v.lo <= size <= v.hi:
-                add({**base, v.symbol: size})
+                add({**base, v.symbol: size}, REST)
     for v in model.vars:
         for size in spread(v.lo, v.hi):
-            add({**base, v.symbol: size})
-        top = largest_numeric(ctx, model, v)
-        if top is not None:
-            add({**base, v.symbol: top})
+            add({**base, v.symbol: size}, REST)
+    if largest:
+        for probe in largest_probes(ctx, model, seen):
+            seen.append(probe.values)
+            out.append(probe)
     for v in model.vars:
         if v.zero:  # a declared min of 0: size 0 is in the promise (findings are warnings)
             values = {**base, v.symbol: 0}
             out.append(Probe(_describe(model, values), values, {}, "zero"))
     for args, kwargs in ctx.declaration.additional:
         out.append(Probe("an AdditionalInputs example", {}, {}, "additional", (tuple(args), dict(kwargs))))
+    return out
+
+
+def largest_probes(ctx: Context, model: FuzzModel, seen: list[dict[str, int]]) -> list[Probe]:
+    """For each dim whose max numerics cannot afford, a probe at the largest size they can (the others at the
+    example's), asked of what is left of the budget now without spending it (``largest_numeric``)."""
+    base = model.example_values()
+    out = []
+    for v in model.vars:
+        top = largest_numeric(ctx, model, v)
+        if top is None:
+            continue
+        values = model.fit({**base, v.symbol: top}, keep={v.symbol})
+        if values is not None and values not in seen and all(p.values != values for p in out):
+            out.append(Probe(_describe(model, values), values, {}, "in-range", tier=REST))
     return out
 
 
@@ -224,13 +259,13 @@ def counted_need(ctx: Context, model: FuzzModel, values: dict[str, int]) -> int 
 
 
 def largest_numeric(ctx: Context, model: FuzzModel, v: Any) -> int | None:
-    """The largest size of ``v`` (the others at the example's) whose numeric run the cost model affords, found by
-    bisection over fake runs; None where the example's own size is the largest, or the whole range is."""
+    """The largest size of ``v`` (the others at the example's) whose numeric run the cost model affords now, found
+    by bisection over fake runs; None where the example's own size is the largest, or the whole range is. Each
+    size is only asked about (``sizing.quote``): nothing is charged to the budget (issue #50)."""
     base = model.example_values()
 
     def numeric(size: int) -> bool:
-        plan = plan_for(ctx, sized(ctx, model, {**base, v.symbol: size}, record=False))
-        return plan.mode == NUMERIC
+        return quote(ctx, sized(ctx, model, {**base, v.symbol: size}, record=False)).mode == NUMERIC
 
     if numeric(v.hi):
         return None  # the max itself runs numeric: the boundaries cover it
@@ -327,63 +362,9 @@ def out_of_range_inputs(ctx: Context) -> list[tuple[str, Sized]]:
             if p.kind != "small"]
 
 
-_PAIR = re.compile(r"(?:^|, )([^=]+?)=(-?\d+)(?=, |$)")
-
-
-def deployment_sizes(ctx: Context, largest_first: bool = False) -> tuple[list[tuple[str, Sized]], list[tuple[str, Sized]]]:
-    """What a deployment stage (``onnx``, ``executorch``) runs its converted program at: the in-range sizes
-    ``guards`` and ``fuzz`` ran numeric (the program right there), and the out-of-range ones ``guards`` ran numeric
-    that the program refused: (label, ``Sized`` inputs) each. ``largest_first``: for each dim in turn, the size
-    that holds its largest value leads (a bounded memory plan fails there first, and the budget may end early)."""
-    au = ctx.audit() if ctx.declaration is not None else None
-    if au is None:
-        return [], []
-    model = au.model
-    by_name = {n: v.symbol for v in model.vars for n in v.names}
-    everything = {v.symbol for v in model.vars}
-    seen: list[dict[str, int]] = []
-    inside: list[tuple[str, Sized]] = []
-    outside: list[tuple[str, Sized]] = []
-
-    def add(values: dict[str, int]) -> None:
-        if values and set(values) == everything and values not in seen:
-            seen.append(values)
-            text = ", ".join(f"{n}={v}" for n, v in model.named(values).items())
-            inside.append((f"sizes {text}", sized(ctx, model, values, record=False)))
-
-    guards = ctx.result.stages.get("guards")
-    additional = iter(ctx.declaration.additional)
-    out_of_range = None
-    for rec in guards.data.get("probe_list", []) if guards is not None else []:
-        numeric, kind = rec.get("mode") == "numeric", rec.get("kind")
-        given = next(additional, None) if kind == "additional" else None
-        if not numeric or "finding" in rec:
-            continue
-        if kind == "in-range" and rec.get("program") == "accepted":
-            add({by_name[n]: int(v) for n, v in _PAIR.findall(rec["probe"]) if n in by_name})
-        elif kind == "additional" and given is not None and rec.get("program") == "accepted":
-            probe = Probe(rec["probe"], {}, {}, "additional", (tuple(given[0]), dict(given[1])))
-            inside.append((rec["probe"], sized(ctx, model, {}, probe, record=False)))
-        elif kind in ("max", "min", "relation", "static") and rec.get("program") == "refused":
-            if out_of_range is None:
-                out_of_range = {p.description: p for p in out_of_range_probes(ctx, model)}
-            p = out_of_range.get(rec["probe"])
-            if p is not None:
-                outside.append((p.description, sized(ctx, model, p.values, p, record=False)))
-    fuzz = ctx.result.stages.get("fuzz")
-    for drawn in fuzz.data.get("drawn", []) if fuzz is not None else []:
-        if drawn.get("mode") == "numeric":
-            add({by_name[n]: int(v) for n, v in drawn.items() if n in by_name})
-    if largest_first and seen:
-        ranked = [i for i, (_, probe) in enumerate(inside) if probe.values in seen]  # the sizes, as seen has them
-        lead = list(dict.fromkeys(ranked[max(range(len(seen)), key=lambda i: seen[i][v.symbol])] for v in model.vars))
-        inside = [inside[i] for i in lead] + [x for i, x in enumerate(inside) if i not in lead]
-    return inside, outside
-
-
 __all__ = ["ACCEPTED", "REFUSED", "RAISED", "UNCHECKED", "Verdict", "Sized", "Probe", "plan_for", "plan_edges", "sized",
-           "spread",
-           "largest_numeric", "counted_need", "fake_limit", "run_program", "run_eager", "mismatch",
+           "plan_tier", "quote", "spread", "EDGES", "AT_EXAMPLE", "CORNERS", "REST",
+           "largest_numeric", "largest_probes", "counted_need", "fake_limit", "run_program", "run_eager", "mismatch",
            "outside_promise", "describe_values", "in_range_problem", "blame", "Problem", "REFUSED_IN_RANGE", "WRONG_IN_RANGE",
            "EAGER_RAISED_IN_RANGE", "in_range_probes", "out_of_range_probes", "probe_inputs",
-           "in_range_inputs", "out_of_range_inputs", "deployment_sizes"]
+           "in_range_inputs", "out_of_range_inputs"]

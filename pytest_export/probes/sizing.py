@@ -1,15 +1,15 @@
-"""A probe's inputs at chosen sizes, and how it runs (issue #23): ``fake`` (shapes, guards and dtypes at any size,
-nothing allocated) or ``numeric`` (real tensors, values compared), as its ``cost.Plan`` says; and what the
-program or eager did with it: accepted (with its result), refused by a guard, or raised.
+"""How a probe runs (issue #23): planned ``fake`` (shapes, guards and dtypes at any size, nothing allocated) or
+``numeric`` (real tensors, values compared), as its ``cost.Plan`` says, and charged to the budget in the order the
+probes are planned (issue #50: only what runs is charged); then run, under a time limit and where needed the memory
+guard, with what the program or eager did with it: accepted (with its result), refused by a guard, or raised. A
+probe's inputs (``Sized``) and the verdicts' vocabulary live in ``sized``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from typing import Any
 
-from ..audit import FuzzModel
 from ..compare import Mismatch
 from ..context import Context
 from ..explain.frames import at_text
@@ -17,115 +17,39 @@ from ..observe import Observation, compare_observations, shape_mismatch
 from ..results import HarnessError
 from ..timeout import Expired, time_limit
 from ..util import describe_exception, resident_is_live, trim_heap
-from .cost import FAKE, NUMERIC, Plan
-from .strategies import BuilderError, build_inputs, fake_inputs
+from .cost import Plan
+from .sized import (ACCEPTED, FAKE, NUMERIC, RAISED, REFUSED, UNCHECKED, InputsUnknown, Sized, Verdict, fake_limit,
+                    program_verdict, refusal)
 
-ACCEPTED, REFUSED, RAISED = "accepted", "refused", "raised"
 LIVE_AFTER = 16 * 2**20  # a numeric probe predicted this large (or measured) runs with resident what is alive (#43)
 TRIM_AFTER = 128 * 2**20  # and this large, it hands the C heap's free pages back after it (#31)
-UNCHECKED = "unchecked"  # neither fake nor numeric could run it (``Verdict.message`` says why)
 
-_REFUSALS = ("Guard failed", "Expected input", "to be equal to", "to be <=", "to be >=", "is outside of",
-             "Dynamic shape constraint violation", "input_constraints")
-
-
-class InputsUnknown(Exception):
-    """A probe's inputs cannot be made, fake or real: it is ``unchecked`` with this reason (never a cost guessed)."""
-
-
-@dataclasses.dataclass
-class Verdict:
-    status: str
-    message: str = ""
-    observation: Observation | None = None
-    mode: str = NUMERIC  # how it ran: ``fake`` (shapes, guards, dtypes) or ``numeric`` (values too)
-
-
-class Sized:
-    """One probe's inputs, made on demand: fake (any size, nothing allocated) and, where its ``Plan`` says the
-    probe is affordable, real. ``dims``: the declared dims it sets, name -> (size, min, max), for coverage;
-    ``in_range``: whether those sizes are inside the promise."""
-
-    def __init__(self, ctx: Context, model: FuzzModel | None, values: dict[str, int], *, label: str = "",
-                 override: dict | None = None, given: tuple[tuple, dict] | None = None, builder: Any = None,
-                 seed: int = 0, in_range: bool = True):
-        self.ctx, self.model, self.values, self.label = ctx, model, values, label
-        self.override, self.given, self.builder, self.seed, self.in_range = override or {}, given, builder, seed, in_range
-        self.plan: Plan | None = None
-        self.budgeted = True  # whether the case's time budget, besides the memory cap, decides numeric
-        self.edge = False  # one of the edges: planned first, may take all that is left of the budget (#31)
-        self.reserved = 0.0  # nominal seconds the budget set aside for it (``cost.Costs.reserve``)
-        self._measured: tuple[Any, float | None, bool] | None = None  # (its fake count, input ratio, fake runs it)
-        self.unknown = ""  # why its inputs cannot be made (``InputsUnknown``), where they cannot
-        self.eager_fake: Verdict | None = None
-        self._real: tuple[tuple, dict] | None = None
-        self._fake: tuple[tuple, dict] | None = None
-        self.rss_base: int | None = None  # resident bytes before its first numeric call, where it is measured
-
-    @property
-    def dims(self) -> dict[str, tuple[int, int, int | None]]:
-        if self.model is None or not self.values:
-            return {}
-        return {n: (self.values[v.symbol], v.lo if not v.zero else 0, None if v.unbounded else v.hi)
-                for v in self.model.vars if v.symbol in self.values for n in v.names}
-
-    def real(self) -> tuple[tuple, dict]:
-        if self._real is None:
-            case = self.ctx.case
-            if self.given is not None:
-                self._real = self.given
-            elif self.builder is not None and not self.override:
-                self._real = build_inputs(self.model, self.values, case.args, case.kwargs, self.seed, self.builder)
-            else:
-                self._real = build_inputs(self.model, self.values, case.args, case.kwargs, self.seed,
-                                          override=self.override)
-        return self._real
-
-    def release(self) -> None:
-        """Drop the real inputs once the probe ran (they are rebuilt, the same, if asked again): the inputs of a
-        stage's many probes are never all alive at once (issue #31)."""
-        if self.given is None:
-            self._real = None
-
-    def fake(self) -> tuple[tuple, dict]:
-        if self._fake is None:
-            case, mode = self.ctx.case, self.ctx.calibration.fake_mode()
-            try:
-                self._fake = fake_inputs(mode, self.model, self.values, case.args, case.kwargs, self.override,
-                                         self.given, self.builder)
-            except Exception as exc:  # noqa: BLE001 - a builder fake tensors cannot run (``.numpy()``): built real
-                if self.builder is None or self.override or self.given is not None or isinstance(exc, BuilderError):
-                    raise
-                self._fake = self._fake_from_real(mode, exc)
-        return self._fake
-
-    def _fake_from_real(self, mode: Any, exc: Exception) -> tuple[tuple, dict]:
-        """The builder's inputs built for real, outside the fake mode, and converted to fake (issue #32), where
-        they fit the memory cap (estimated as the example's inputs at these sizes); ``InputsUnknown`` elsewhere.
-        A builder that raises for real too raises its own error."""
-        import torch
-        import torch.utils._pytree as pytree
-
-        from .cost import format_bytes, input_bytes
-
-        case, cap = self.ctx.case, self.ctx.calibration.costs().max_memory
-        first = describe_exception(exc, 200).splitlines()[0]
-        need = input_bytes(fake_inputs(mode, self.model, self.values, case.args, case.kwargs))
-        if need > cap:
-            raise InputsUnknown(f"the input_builder cannot run under fake tensors ({first}) and its real inputs "
-                                f"would need ~{format_bytes(need)} > max_memory {format_bytes(cap)}")
-        built = build_inputs(self.model, self.values, case.args, case.kwargs, self.seed, self.builder)
-        return pytree.tree_map_only(torch.Tensor, mode.from_tensor, built)
 
 
 def plan_for(ctx: Context, sized: Sized) -> Plan:
     """How ``sized`` runs, decided once: its fake eager run predicts its cost (``cost.Costs.plan``); where fake
-    tensors cannot run the model, the example's measured cost scaled by the input size stands in."""
+    tensors cannot run the model, the example's measured cost scaled by the input size stands in. The plan is
+    charged to the budget here, at the mode it runs in (issue #50): a probe is paid for once it is planned to run."""
     if sized.plan is not None:
         return sized.plan
     costs = ctx.calibration.costs()
     with costs.probing():
-        return _plan(ctx, sized, costs)
+        plan, measured = _decide(ctx, sized, costs)
+        sized.plan = plan
+        _commit(costs, sized, plan, measured)
+        return plan
+
+
+def quote(ctx: Context, sized: Sized) -> Plan:
+    """How ``sized`` would run if it were planned now, without planning it: nothing is charged to the budget, nothing
+    recorded in the coverage, and ``sized`` keeps no plan (issue #50: the search for the largest affordable size
+    had charged the budget for every size it asked about, and starved the edges). What its fake count taught
+    about costs is kept (``Costs.known``): a fact about the model, not a spending."""
+    if sized.plan is not None:
+        return sized.plan
+    costs = ctx.calibration.costs()
+    with costs.probing():
+        return _decide(ctx, sized, costs)[0]
 
 
 def measure_probe(ctx: Context, sized: Sized, costs: Any) -> tuple[Any, float, bool]:
@@ -178,20 +102,14 @@ def _bounded(sized: Sized, costs: Any) -> Plan | None:
     return plan if plan.mode == NUMERIC else None
 
 
-def _plan(ctx: Context, sized: Sized, costs: Any) -> Plan:
+def _decide(ctx: Context, sized: Sized, costs: Any) -> tuple[Plan, Any]:
+    """(the plan of ``sized`` at what is left of the budget now, its counted ``Measure`` or None), without charging."""
     plan = _bounded(sized, costs)
     if plan is not None:
-        sized.plan = plan
-        costs.charge(plan, probe=sized)
-        if sized.in_range:
-            _record(costs, sized, plan)
-        return plan
+        return plan, None
     measured, ratio, fake_ok = measure_probe(ctx, sized, costs)
     if ratio is None:
-        sized.plan = plan = Plan(None, why=f"not checked: {sized.unknown}")
-        if sized.in_range:
-            costs.record(sized.dims, None, plan.why)
-        return plan
+        return Plan(None, why=f"not checked: {sized.unknown}"), None
     plan, bound = costs.plan(measured, ratio, fake_ok, sized.budgeted, edge=sized.edge), True
     if plan.mode == NUMERIC and measured is not None:  # what runs real is counted on the program's side too (#43)
         both = ctx.calibration.program_counted(*sized.fake(), measured)
@@ -201,18 +119,32 @@ def _plan(ctx: Context, sized: Sized, costs: Any) -> Plan:
         if bound and both is not measured:
             measured = both
             plan = costs.plan(measured, ratio, fake_ok, sized.budgeted, edge=sized.edge)
+        elif not bound and refusal(ctx.calibration.program_error):
+            # a guard refuses it (exact under fake tensors): the program computes nothing, and eager runs only where
+            # the size is in range (issue #50: out-of-range probes had been charged two forwards they never ran)
+            eager = plan.seconds / 2 if sized.in_range else 0.0
+            plan = costs.decide(eager + costs.input_seconds(measured), plan.bytes, fake_ok, sized.budgeted, sized.edge)
+        sized._measured = (measured, ratio, fake_ok)  # the program's count too, for whoever asks again
     if bound and measured is not None and not sized.override and sized.given is None and sized.values:
-        costs.known.append((dict(sized.values), *costs.predict(measured, ratio)))
-    sized.plan = plan
+        known = (dict(sized.values), *costs.predict(measured, ratio))
+        if known not in costs.known:
+            costs.known.append(known)
     if plan.mode == NUMERIC and costs.stopped(sized.values):  # the guard refused a probe no larger (issue #43)
-        sized.plan = plan = Plan(FAKE if fake_ok else None, plan.seconds, plan.bytes, costs.stopped(sized.values))
-    costs.charge(plan, measured.ops if measured is not None else 0, sized)
+        plan = Plan(FAKE if fake_ok else None, plan.seconds, plan.bytes, costs.stopped(sized.values))
     if not fake_ok and plan.mode is None:
         first = (sized.eager_fake.message.splitlines() or [""])[0][:200] if sized.eager_fake else costs.fake_problem
         plan.why = f"not checked: fake tensors cannot run it ({first}) and numerics do not fit ({plan.why})"
+    return plan, measured
+
+
+def _commit(costs: Any, sized: Sized, plan: Plan, measured: Any) -> None:
+    """Charge a planned probe (what was set aside for its shape check goes back) and record its coverage."""
+    if plan.mode is not None:  # a probe that cannot run at all costs nothing
+        costs.charge(plan, measured.ops if measured is not None else 0, sized)
+    else:
+        costs.release(sized)
     if sized.in_range:  # an unchecked one too: the dim's coverage line says why numerics stopped (issue #32)
         _record(costs, sized, plan)
-    return plan
 
 
 def _record(costs: Any, sized: Sized, plan: Plan) -> None:
@@ -224,20 +156,35 @@ def _record(costs: Any, sized: Sized, plan: Plan) -> None:
 
 def plan_edges(ctx: Context, edges: list[Sized]) -> None:
     """Plan the edges (issue #31: every declared dim at its min and at its max, the others at their min) before
-    any other probe: each is counted fake, a default budget is raised to afford those that fit the memory cap
-    (``cost.Costs.size_for_edges``), and each runs numeric where the memory cap and the budget allow."""
+    any other probe, and before anything is set aside for the other probes' shape checks (issue #50: a later probe
+    never takes an edge's place): each is counted fake, a default budget is raised to afford those that fit the
+    memory cap (``cost.Costs.size_for_edges``), and each runs numeric where the memory cap and the budget allow,
+    the cheapest first. Where the budget left one by shape only, ``Costs.edges_short`` says which, and
+    ``Costs.edges_budget`` the budget that would have run them all."""
     costs = ctx.calibration.costs()
     with costs.probing():
-        total = 0.0
+        quoted = []
         for sized in edges:
             sized.edge = True
-            measured, ratio, fake_ok = measure_probe(ctx, sized, costs)
-            seconds, need = costs.predict(measured, ratio) if ratio is not None else (0.0, costs.max_memory + 1)
-            if need <= costs.max_memory:
-                total += seconds
+            quoted.append((quote(ctx, sized), sized))
+        start = costs.used() + costs.reserved
+        total = sum(plan.seconds for plan, _ in quoted if plan.bytes <= costs.max_memory)
         costs.size_for_edges(total)
-        for sized in edges:
-            plan_for(ctx, sized)
+        costs.edges_budget = start + total
+        for plan, sized in sorted(quoted, key=lambda q: q[0].seconds):
+            planned = plan_for(ctx, sized)
+            if planned.mode != NUMERIC and planned.bytes <= costs.max_memory and "budget" in planned.why:
+                costs.edges_short.append((sized.label, planned.why))
+
+
+def plan_tier(ctx: Context, probes: list[Sized]) -> None:
+    """Plan ``probes`` (one tier of the order: the edges, then each dim's min and max with the others at the
+    example, the corners, the rest) before any later one, the cheapest first (issue #50)."""
+    costs = ctx.calibration.costs()
+    with costs.probing():
+        quoted = [(quote(ctx, sized).seconds, i) for i, sized in enumerate(probes)]
+        for _, i in sorted(quoted):
+            plan_for(ctx, probes[i])
 
 
 def _numeric(ctx: Context, sized: Sized, call: Any, instead: Any) -> Any:
@@ -307,25 +254,6 @@ def _watched(costs: Any, sized: Sized) -> dict | None:
     return top
 
 
-def fake_limit(exc: BaseException) -> bool:
-    """Whether ``exc`` is a limit of fake tensors (data-dependent code, an op without a fake kernel), not a
-    verdict on the inputs."""
-    from torch._subclasses import fake_tensor
-
-    limits = tuple(getattr(fake_tensor, n) for n in ("DataDependentOutputException", "DynamicOutputShapeException",
-                                                     "UnsupportedOperatorException", "UnsupportedFakeTensorException")
-                   if hasattr(fake_tensor, n))
-    name = type(exc).__name__
-    return isinstance(exc, limits) or name in ("GuardOnDataDependentSymNode", "DataDependentOutputException") or (
-        "FakeTensor" in str(exc) and "Please convert all Tensors" in str(exc))
-
-
-def _program_verdict(exc: Exception, mode: str) -> Verdict:
-    text = describe_exception(exc, 600)
-    refused = isinstance(exc, (AssertionError, RuntimeError, ValueError)) and any(r in str(exc) for r in _REFUSALS)
-    return Verdict(REFUSED if refused else RAISED, text.splitlines()[0] if refused else text, mode=mode)
-
-
 def run_program(ctx: Context, ep: Any, inputs: Sized | tuple, kwargs: dict | None = None) -> Verdict:
     """What ``ep`` does with the inputs: real ``(args, kwargs)``, or a ``Sized`` probe run as its plan says."""
     if not isinstance(inputs, Sized):
@@ -350,7 +278,7 @@ def _sized_program(ctx: Context, ep: Any, inputs: Sized) -> Verdict:
             first = describe_exception(exc, 200).splitlines()[0]
             return Verdict(UNCHECKED, f"not checked: fake tensors cannot run the program here ({first}) and "
                            f"numerics do not fit ({plan.why})", mode="")
-        return _program_verdict(exc, FAKE)
+        return program_verdict(exc, FAKE)
 
 
 def _real_program(ctx: Context, ep: Any, args: tuple, kwargs: dict) -> Verdict:
@@ -359,7 +287,7 @@ def _real_program(ctx: Context, ep: Any, args: tuple, kwargs: dict) -> Verdict:
     except HarnessError:
         raise  # the harness could not run the probe: `error`, never a refusal blamed on the program
     except Exception as exc:  # noqa: BLE001 - what the program does with an input is the finding
-        return _program_verdict(exc, NUMERIC)
+        return program_verdict(exc, NUMERIC)
 
 
 def run_eager(ctx: Context, inputs: Sized | tuple, kwargs: dict | None = None) -> Verdict:
@@ -396,5 +324,5 @@ def mismatch(ctx: Context, got: Observation, want: Observation, fake: bool = Fal
 
 
 
-__all__ = ["ACCEPTED", "REFUSED", "RAISED", "UNCHECKED", "FAKE", "NUMERIC", "Verdict", "Sized", "plan_for", "plan_edges",
+__all__ = ["ACCEPTED", "REFUSED", "RAISED", "UNCHECKED", "FAKE", "NUMERIC", "Verdict", "Sized", "plan_for", "plan_edges", "plan_tier", "quote",
            "measure_probe", "fake_limit", "run_program", "run_eager", "mismatch"]

@@ -22,9 +22,10 @@ from ..context import Context, Stage, StageFailure
 from ..explain.fixes import check, propose, proved_fixes, tie_lines
 from ..explain.guardsource import refusing_guards
 from ..explain.refusal import Explanation, model_fix
-from ..probes.choose import (ACCEPTED, EAGER_RAISED_IN_RANGE, FAKE, RAISED, REFUSED_IN_RANGE, UNCHECKED, Probe,
-                             describe_values, in_range_probes, in_range_problem, mark_refusal, mismatch,
-                             out_of_range_probes, outside_promise, plan_edges, run_eager, run_program, sized)
+from ..probes.choose import (ACCEPTED, AT_EXAMPLE, CORNERS, EAGER_RAISED_IN_RANGE, EDGES, FAKE, RAISED,
+                             REFUSED_IN_RANGE, REST, UNCHECKED, Probe, describe_values, in_range_probes,
+                             in_range_problem, largest_probes, mark_refusal, mismatch, out_of_range_probes,
+                             outside_promise, plan_edges, plan_tier, run_eager, run_program, sized)
 from ..probes.proof import RANGE_SOURCE, TIE_SOURCE, Proof, prove
 from ..util import plural
 
@@ -49,17 +50,31 @@ def run(ctx: Context) -> dict[str, Any]:
     probes = in_range_probes(ctx, model)
     seen = [p.values for p in probes]
     probes += [w for w in witnesses.values() if w.values not in seen] + out_of_range_probes(ctx, model)
+    inputs = [sized(ctx, model, p.values, p) for p in probes]
+    costs = ctx.calibration.costs()
+    # the order numerics are paid for in (issue #50): the edges first, before anything is set aside for the other
+    # probes' shape checks (#43) so that no later probe takes their place; then each tier, the cheapest first
+    plan_edges(ctx, [i for p, i in zip(probes, inputs) if p.tier == EDGES and p.kind == "in-range"])
+    for probe_in in inputs:  # each other probe's check by shape, set aside before their numerics are planned (#43)
+        if probe_in.plan is None:
+            probe_in.reserved = costs.fake_seconds()
+            costs.reserve(probe_in.reserved)
+    for tier in (AT_EXAMPLE, CORNERS):
+        plan_tier(ctx, [i for p, i in zip(probes, inputs) if p.tier == tier and p.kind == "in-range"])
+    # the largest size numerics can afford, asked of what the tiers before it left (it spends nothing to ask)
+    extra = largest_probes(ctx, model, [p.values for p in probes])
+    at = next((k for k, p in enumerate(probes) if p.tier == REST), len(probes))
+    probes[at:at] = extra
+    inputs[at:at] = [sized(ctx, model, p.values, p) for p in extra]
+    for probe_in in inputs[at:at + len(extra)]:
+        probe_in.reserved = costs.fake_seconds()
+        costs.reserve(probe_in.reserved)
+    plan_tier(ctx, [i for p, i in zip(probes, inputs) if p.tier == REST and p.kind == "in-range"])
     verdicts: list[str] = []
     refused_in: dict[str, list[tuple[int, str]]] = {}  # in-range sizes the program refused, per symbol
     explained: list[Explanation] = []  # the guards behind each refused probe, as torch recorded them (#33)
     accepted_in: dict[str, set[int]] = {}
     eager_moved: set[str] = set()  # symbols moved by probes where eager itself raised
-    inputs = [sized(ctx, model, p.values, p) for p in probes]
-    costs = ctx.calibration.costs()
-    for probe_in in inputs:  # each probe's check by shape, set aside before any numerics are planned (#43)
-        probe_in.reserved = costs.fake_seconds()
-    costs.reserve(sum(i.reserved for i in inputs))
-    plan_edges(ctx, [i for p, i in zip(probes, inputs) if p.edge])  # numerics where defects live, first (#31)
     for probe, probe_in in zip(probes, inputs):
         try:
             got = run_program(ctx, ctx.ep, probe_in)
@@ -126,9 +141,10 @@ def run(ctx: Context) -> dict[str, Any]:
             probe_in.release()  # the outputs went with the loop; the inputs go now (issue #31)
             costs.release(probe_in)
     # the reloaded programs on a representative subset (issue #16): the boundaries of every range, in and out
+    tops = {v.symbol: v.hi for v in model.vars}
     subset = [i for i, p in enumerate(probes) if p.kind in ("max", "min")] + [
         i for i, p in enumerate(probes) if p.kind == "in-range" and p.edge][:1] + [  # every dim at its min
-        i for i, p in enumerate(probes) if p.kind == "in-range" and not p.edge][:1]  # every dim at its max
+        i for i, p in enumerate(probes) if p.kind == "in-range" and p.values == tops][:1]  # every dim at its max
     for label, ep in ctx.loaded.items():
         for probe, expected, probe_in in [(probes[i], verdicts[i], inputs[i]) for i in sorted(subset)]:
             got = run_program(ctx, ep, probe_in)
