@@ -61,8 +61,9 @@ def main() -> None:
     busy, busy_wall = run(args.paths, extra, args.hogs)
     by_id = {c["nodeid"]: c for c in busy["cases"]}
     print(f"idle run {idle_wall:.0f} s; beside {args.hogs} hogs {busy_wall:.0f} s")
-    print("| case | outcome | budget s | predicted s | probing wall s, idle | beside the hogs | predicted / wall, idle |")
-    print("|---|---|---|---|---|---|---|")
+    print("| case | outcome | numerics reach (of the declared max) | probes numeric / by shape | budget s | predicted s | "
+          "probing wall s, idle | beside the hogs | predicted / wall, idle |")
+    print("|---|---|---|---|---|---|---|---|---|")
     differ = []
     for case in idle["cases"]:
         other = by_id.get(case["nodeid"])
@@ -70,8 +71,12 @@ def main() -> None:
         plan = ranges.get("plan") or {}
         wall_busy = ((other or {}).get("ranges") or {}).get("plan", {}).get("wall_s")
         ratio = plan["predicted_s"] / plan["wall_s"] if plan.get("wall_s") else float("nan")
-        print(f"| {case['nodeid'].split('::')[-1]} | {case['outcome']} | {ranges.get('budget')} | "
-              f"{plan.get('predicted_s')} | {plan.get('wall_s')} | {wall_busy} | {ratio:.2f} |")
+        reach = ", ".join(f"{r['dim']} {r['numeric_max']} of {r['declared'][1]}" for r in ranges.get("dims", []))
+        probes = ranges.get("probes") or {}
+        budget = "no limit" if ranges.get("budget") is None else f"{ranges['budget']:.3g}"
+        print(f"| {case['nodeid'].split('::')[-1]} | {case['outcome']} | {reach} | {probes.get('numeric')} / "
+              f"{probes.get('fake')} | {budget} | {plan.get('predicted_s')} | {plan.get('wall_s')} | "
+              f"{wall_busy} | {ratio:.2f} |")
         if other is None or plan_of(case) != plan_of(other):
             differ.append(case["nodeid"])
     print(f"\nplans that differ idle and under load: {', '.join(differ) or 'none'}")

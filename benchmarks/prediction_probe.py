@@ -44,6 +44,7 @@ def pytest_configure(config):
                                     "counted": bool(sized._measured and sized._measured[0] is not None),
                                     "measured": resident_high() - sized.bench_base,
                                     "predicted_s": sized.plan.seconds, "seconds": seconds,
-                                    **({"flops": m.flops, "bytes_made": m.total, "ops": m.ops} if m else {})}) + "\n")
+                                    **({"flops": m.flops, "conv_flops": m.conv_flops, "bytes_made": m.total, "ops": m.ops}
+                                       if m else {})}) + "\n")
 
     sizing._numeric = measured

@@ -250,3 +250,55 @@ def test_a_real_width_encoder_is_checked_with_real_tensors_to_every_max_under_de
     guards = res.stages["guards"]
     assert guards.data["signature"] == "eager-raised-in-range", guards.message
     assert "batch=1, seq=1024" in guards.message and "IndexError" in guards.message
+
+
+def _planned_from_a_bound(known: list[tuple[dict, float]], values: dict) -> float | None:
+    """The seconds ``sizing._bounded`` plans a probe at ``values`` for, given probes counted before (values,
+    seconds), over inputs (b, t, 256) and (b, 16): None where no counted probe bounds it."""
+    import sympy
+    import types
+
+    from pytest_export.audit import FuzzModel, Var
+
+    b, t = sympy.Symbol("b", integer=True, positive=True), sympy.Symbol("t", integer=True, positive=True)
+    model = FuzzModel(vars=[Var("b", 1, 64, 2, ["b"]), Var("t", 2, 4096, 8, ["t"])],
+                      shapes={0: {0: b, 1: t, 2: 256}, 1: {0: b, 1: 16}}, symbols={"b": b, "t": t})
+    costs = Costs(max_memory=2**40, budget=None)
+    costs.example = Measure(flops=1.0, peak=1, total=1, inputs=1, ops=10)
+    costs.known = [(dict(v), s, 1) for v, s in known]
+    probe = types.SimpleNamespace(override=None, given=None, values=values, model=model, budgeted=True, edge=False)
+    plan = sizing._bounded(probe, costs)
+    return None if plan is None else plan.seconds
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(top=st.tuples(st.integers(1, 64), st.integers(2, 4096)), low=st.tuples(st.integers(1, 64), st.integers(2, 4096)),
+       at=st.tuples(st.integers(1, 64), st.integers(2, 4096)), seconds=st.floats(0.001, 100.0),
+       share=st.floats(0.0, 1.0))
+def test_a_probe_planned_from_a_bound_costs_between_what_was_counted_below_and_above_it(top, low, at, seconds, share):
+    """Cost grows with size: a probe's planned time never passes the cheapest counted probe at least as large, and
+    never falls under the dearest counted probe no larger; between them it scales with the inputs' elements."""
+    upper, lower = dict(zip("bt", top)), dict(zip("bt", low))
+    mine = dict(zip("bt", at))
+    known = [(upper, seconds)]
+    below_me = all(lower[k] <= mine[k] for k in "bt") and all(lower[k] <= upper[k] for k in "bt") and lower != upper
+    if below_me:
+        known.append((lower, seconds * share))
+    got = _planned_from_a_bound(known, mine)
+    if not all(mine[k] <= upper[k] for k in "bt"):
+        assert got is None  # nothing counted bounds it: it is counted itself
+        return
+    assert got is not None and got <= seconds + 1e-12
+    if below_me:
+        assert got >= seconds * share - 1e-12
+    if mine == upper:
+        assert got == pytest.approx(seconds)
+
+
+def test_a_probe_far_below_its_bound_is_planned_near_its_own_size():
+    """fuzz's small draws under a large counted probe: linear in the inputs' elements along the dynamic axes."""
+    got = _planned_from_a_bound([({"b": 64, "t": 4096}, 10.0)], {"b": 2, "t": 64})
+    assert got is not None and got < 0.01 * 10.0

@@ -142,7 +142,8 @@ class Calibration:
             return None
         p = counter.measure
         return dataclasses.replace(eager, flops=max(eager.flops, p.flops), peak=max(eager.peak, p.peak),
-                                   total=max(eager.total, p.total), kept=max(eager.kept, p.kept), ops=max(eager.ops, p.ops))
+                                   total=max(eager.total, p.total), kept=max(eager.kept, p.kept), ops=max(eager.ops, p.ops),
+                                   conv_flops=max(eager.conv_flops, p.conv_flops))
 
 
 # what export makes of a context manager in eager code (``torch.no_grad()``, ``torch.autocast``): eager itself runs

@@ -72,9 +72,11 @@ MEMORY_MARGIN = 1.2  # resident growth over the live tensors counted (workspaces
 # load. The rates are a 2-core CPU's of CI's class (AVX-512), fitted to the wall time of every numeric probe of the
 # zoo's CI slice and of a BERT-width encoder (issue #50: the rates before, 2e10 FLOP/s and 4e9 B/s, predicted 2.1x
 # the wall time, and 4x at real width, where large matmuls run near the cores' peak); small models are bound by
-# the bytes their operators make, large ones by FLOPs. docs/benchmarks.md has predicted vs wall per case
+# the bytes their operators make, large ones by FLOPs; a convolution's FLOPs run at a tenth of a matmul's rate.
+# docs/benchmarks.md has predicted vs wall per case
 NOMINAL_FLOPS = 3e11  # FLOP/s
-NOMINAL_BYTES = 2e9  # bytes made per second
+NOMINAL_CONV_FLOPS = 3e10  # FLOP/s of convolutions
+NOMINAL_BYTES = 3e9  # bytes made per second
 NOMINAL_OP_S = 1.5e-5  # seconds of call overhead per operator of a real forward
 NOMINAL_FAKE_OP_S = 2e-4  # seconds per operator of a fake forward (a probe checked by shape)
 # the wall clock's safety net: probing that has taken this many times the budget (plus the slack) plans no more
@@ -83,7 +85,8 @@ WALL_FACTOR, WALL_SLACK = 4.0, 30.0
 def nominal(m: Measure) -> float:
     """Seconds one forward takes at the nominal rates: a function of what was counted, never of the machine or its
     load (what the deterministic plan is made of)."""
-    return m.flops / NOMINAL_FLOPS + m.total / NOMINAL_BYTES + m.ops * NOMINAL_OP_S
+    return ((m.flops - m.conv_flops) / NOMINAL_FLOPS + m.conv_flops / NOMINAL_CONV_FLOPS + m.total / NOMINAL_BYTES
+            + m.ops * NOMINAL_OP_S)
 
 
 @dataclasses.dataclass
@@ -219,6 +222,11 @@ class Costs:
         hidden = self.hidden(probe)
         return 2 * nominal(probe), int(MEMORY_MARGIN * (probe.peak + probe.kept + hidden) * mem_ratio
                                         + 3 * probe.inputs)
+
+    def fixed_seconds(self) -> float:
+        """The nominal seconds of a numeric probe's operators' call overhead (eager's and the program's forward, the
+        example's operator count), whatever its sizes."""
+        return 2 * (self.example.ops if self.example is not None else 0) * NOMINAL_OP_S
 
     @staticmethod
     def input_seconds(probe: Measure) -> float:

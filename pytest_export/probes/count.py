@@ -79,6 +79,7 @@ class Measure:
     seconds: float | None = None
     kept: int = 0
     ops: int = 0  # operators dispatched
+    conv_flops: float = 0.0  # the part of ``flops`` convolutions take (slower per FLOP than matmuls on a CPU)
     # the ops it could not see into, by name: calls, the most input bytes of one call, and where it ran real, the
     # most bytes one call held inside (``hidden``, at ``hidden_at`` input bytes); issue #43
     opaque: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
@@ -111,6 +112,8 @@ class counted:
         suppressed = self._stack.__exit__(*exc)
         m = self.measure
         m.flops = float(self._flops.get_total_flops()) + self._tally.flops
+        m.conv_flops = float(sum(n for op, n in self._flops.get_flop_counts().get("Global", {}).items()
+                                 if "convolution" in str(op)))
         m.peak, m.total, m.kept, m.ops = self._tally.peak, self._tally.total, self._tally.live, self._tally.ops
         m.opaque = self._tally.opaque
         m.seconds = None if self._fake_mode is not None else seconds

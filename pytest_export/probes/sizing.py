@@ -87,19 +87,49 @@ def measure_probe(ctx: Context, sized: Sized, costs: Any) -> tuple[Any, float, b
 def _bounded(sized: Sized, costs: Any) -> Plan | None:
     """A numeric plan without a fake run of its own, where a probe already counted is at least as large in every
     dim and its predicted cost fits now: cost grows with size, so it bounds this one's (issue #31: planning each
-    probe with a counted fake run cost more than running small models' probes). None: count it."""
+    probe with a counted fake run cost more than running small models' probes). None: count it.
+
+    Its memory is that bound. Its time is interpolated (issue #50: the bound alone had predicted fuzz's small draws
+    at up to 8 times their wall time): the bound's cost beyond its operators' fixed overhead, scaled by this probe's
+    input elements along the dynamic axes over the bound's (``elements``), and held between the bound and the
+    largest cost counted at sizes no larger in any dim than this probe's."""
     if sized.override or sized.given is not None or not sized.values or costs.fake_problem:
         return None
     if not costs.known and sized.model is not None and costs.example is not None:
         costs.known.append((sized.model.example_values(), *costs.predict(costs.example, 1.0)))
     if costs.stopped(sized.values):
         return None
-    bounds = [(seconds, need) for values, seconds, need in costs.known
-              if values.keys() >= sized.values.keys() and all(x <= values[k] for k, x in sized.values.items())]
-    if not bounds:
+    mine = sized.values
+    above = [(seconds, need, values) for values, seconds, need in costs.known
+             if values.keys() >= mine.keys() and all(x <= values[k] for k, x in mine.items())]
+    if not above:
         return None
-    plan = costs.decide(*min(bounds), fake_ok=True, budgeted=sized.budgeted, edge=sized.edge)
+    bound, _, at = min(above, key=lambda a: a[0])
+    below = [seconds for values, seconds, _ in costs.known
+             if values.keys() <= mine.keys() and all(x <= mine[k] for k, x in values.items())]
+    seconds = bound
+    if sized.model is not None and costs.example is not None:
+        fixed = min(bound, costs.fixed_seconds())
+        scaled = fixed + (bound - fixed) * min(1.0, elements(sized.model, mine) / max(1, elements(sized.model, at)))
+        seconds = min(bound, max(scaled, *below, 0.0))
+    plan = costs.decide(seconds, min(a[1] for a in above), fake_ok=True, budgeted=sized.budgeted, edge=sized.edge)
     return plan if plan.mode == NUMERIC else None
+
+
+def elements(model: Any, values: dict[str, int]) -> int:
+    """The inputs' elements at ``values`` counted along their dynamic axes only (each input's product of its
+    dynamic sizes, added up): what a forward's cost grows with as the sizes move, where an input of large static
+    axes would otherwise outweigh the one the work grows with (a speech model's features beside its token ids)."""
+    total = 0
+    sizes = model.sizes(values)
+    for flat, axes in model.shapes.items():
+        dynamic = [sizes[flat][ax] for ax, e in axes.items() if not isinstance(e, int)]
+        if dynamic:
+            n = 1
+            for size in dynamic:
+                n *= max(1, size)
+            total += n
+    return total
 
 
 def _decide(ctx: Context, sized: Sized, costs: Any) -> tuple[Plan, Any]:
