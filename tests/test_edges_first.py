@@ -112,7 +112,7 @@ def test_numerics_are_paid_for_in_the_order_edges_at_example_corners_rest():
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sizing, "_commit", spy)
-        res = _case(budget=0)  # no limit: every probe is planned, so the order is all there is to see
+        res = _case(budget=3)  # every in-range probe of guards is planned up front, whatever the budget affords
     model_probes = [p for p in res.stages["guards"].data["probe_list"] if p["kind"] == "in-range"]
     assert model_probes[0]["probe"] == "b=1, t=2" and model_probes[1]["probe"] in ("b=64, t=2", f"b=1, t={T_MAX}")
     names = {"b": None, "t": None}
