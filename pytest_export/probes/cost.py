@@ -184,6 +184,13 @@ class Costs:
     def reserve(self, seconds: float) -> None:  # set aside for shape checks to come
         self.reserved += seconds
 
+    def set_aside(self, probes: Any) -> None:
+        """Set aside each not yet planned probe's check by shape (``probe.reserved``), before numerics are planned."""
+        for probe in probes:
+            if probe.plan is None and not probe.reserved:
+                probe.reserved = self.fake_seconds()
+                self.reserve(probe.reserved)
+
     def left(self) -> float | None:
         return None if self.budget is None else self.budget - self.used() - self.reserved
 

@@ -131,7 +131,7 @@ def refusal(text: str) -> bool:
 
 def program_verdict(exc: Exception, mode: str) -> Verdict:
     text = describe_exception(exc, 600)
-    refused = isinstance(exc, (AssertionError, RuntimeError, ValueError)) and any(r in str(exc) for r in _REFUSALS)
+    refused = isinstance(exc, (AssertionError, RuntimeError, ValueError)) and refusal(str(exc))
     return Verdict(REFUSED if refused else RAISED, text.splitlines()[0] if refused else text, mode=mode)
 
 

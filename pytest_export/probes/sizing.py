@@ -8,6 +8,7 @@ probe's inputs (``Sized``) and the verdicts' vocabulary live in ``sized``.
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any
 
 from ..compare import Mismatch
@@ -120,16 +121,9 @@ def elements(model: Any, values: dict[str, int]) -> int:
     """The inputs' elements at ``values`` counted along their dynamic axes only (each input's product of its
     dynamic sizes, added up): what a forward's cost grows with as the sizes move, where an input of large static
     axes would otherwise outweigh the one the work grows with (a speech model's features beside its token ids)."""
-    total = 0
     sizes = model.sizes(values)
-    for flat, axes in model.shapes.items():
-        dynamic = [sizes[flat][ax] for ax, e in axes.items() if not isinstance(e, int)]
-        if dynamic:
-            n = 1
-            for size in dynamic:
-                n *= max(1, size)
-            total += n
-    return total
+    return sum(math.prod(max(1, sizes[flat][ax]) for ax, e in axes.items() if not isinstance(e, int))
+               for flat, axes in model.shapes.items() if any(not isinstance(e, int) for e in axes.values()))
 
 
 def _decide(ctx: Context, sized: Sized, costs: Any) -> tuple[Plan, Any]:
@@ -193,28 +187,25 @@ def plan_edges(ctx: Context, edges: list[Sized]) -> None:
     ``Costs.edges_budget`` the budget that would have run them all."""
     costs = ctx.calibration.costs()
     with costs.probing():
-        quoted = []
         for sized in edges:
             sized.edge = True
-            quoted.append((quote(ctx, sized), sized))
         start = costs.used() + costs.reserved
-        total = sum(plan.seconds for plan, _ in quoted if plan.bytes <= costs.max_memory)
+        total = sum(plan.seconds for plan in (quote(ctx, sized) for sized in edges) if plan.bytes <= costs.max_memory)
         costs.size_for_edges(total)
         costs.edges_budget = start + total
-        for plan, sized in sorted(quoted, key=lambda q: q[0].seconds):
-            planned = plan_for(ctx, sized)
+        for sized, planned in plan_tier(ctx, edges):
             if planned.mode != NUMERIC and planned.bytes <= costs.max_memory and "budget" in planned.why:
                 costs.edges_short.append((sized.label, planned.why))
 
 
-def plan_tier(ctx: Context, probes: list[Sized]) -> None:
+def plan_tier(ctx: Context, probes: list[Sized]) -> list[tuple[Sized, Plan]]:
     """Plan ``probes`` (one tier of the order: the edges, then each dim's min and max with the others at the
-    example, the corners, the rest) before any later one, the cheapest first (issue #50)."""
+    example, the corners, the rest) before any later one, the cheapest first (issue #50); (probe, plan) each, in
+    the order planned."""
     costs = ctx.calibration.costs()
     with costs.probing():
-        quoted = [(quote(ctx, sized).seconds, i) for i, sized in enumerate(probes)]
-        for _, i in sorted(quoted):
-            plan_for(ctx, probes[i])
+        quoted = sorted(range(len(probes)), key=lambda i: (quote(ctx, probes[i]).seconds, i))
+        return [(probes[i], plan_for(ctx, probes[i])) for i in quoted]
 
 
 def _numeric(ctx: Context, sized: Sized, call: Any, instead: Any) -> Any:

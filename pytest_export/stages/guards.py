@@ -55,10 +55,7 @@ def run(ctx: Context) -> dict[str, Any]:
     # the order numerics are paid for in (issue #50): the edges first, before anything is set aside for the other
     # probes' shape checks (#43) so that no later probe takes their place; then each tier, the cheapest first
     plan_edges(ctx, [i for p, i in zip(probes, inputs) if p.tier == EDGES and p.kind == "in-range"])
-    for probe_in in inputs:  # each other probe's check by shape, set aside before their numerics are planned (#43)
-        if probe_in.plan is None:
-            probe_in.reserved = costs.fake_seconds()
-            costs.reserve(probe_in.reserved)
+    costs.set_aside(inputs)  # each other probe's check by shape, set aside before their numerics are planned (#43)
     for tier in (AT_EXAMPLE, CORNERS):
         plan_tier(ctx, [i for p, i in zip(probes, inputs) if p.tier == tier and p.kind == "in-range"])
     # the largest size numerics can afford, asked of what the tiers before it left (it spends nothing to ask)
@@ -66,9 +63,7 @@ def run(ctx: Context) -> dict[str, Any]:
     at = next((k for k, p in enumerate(probes) if p.tier == REST), len(probes))
     probes[at:at] = extra
     inputs[at:at] = [sized(ctx, model, p.values, p) for p in extra]
-    for probe_in in inputs[at:at + len(extra)]:
-        probe_in.reserved = costs.fake_seconds()
-        costs.reserve(probe_in.reserved)
+    costs.set_aside(inputs[at:at + len(extra)])
     plan_tier(ctx, [i for p, i in zip(probes, inputs) if p.tier == REST and p.kind == "in-range"])
     verdicts: list[str] = []
     refused_in: dict[str, list[tuple[int, str]]] = {}  # in-range sizes the program refused, per symbol
