@@ -183,6 +183,11 @@ class ExportSession:
         if self.run_report is not None:
             self.run_report.start()
 
+    @pytest.hookimpl(tryfirst=True)  # before the terminal reporter describes it
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        if self.run_report is not None:
+            self.run_report.drop_lineless_frames(excinfo.value)
+
     @pytest.hookimpl
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.run_report is not None:

@@ -284,6 +284,28 @@ def test_sigterm_ends_the_run_as_ctrl_c_with_a_report_marked_interrupted(pyteste
     assert records(lines)[-1] == {"kind": "session-finish", "exitstatus": 2, "interrupted": True, "cases": 1}
 
 
+def test_an_interrupt_landing_where_python_has_no_line_still_ends_the_run_as_interrupted(pytester):
+    """SIGTERM can land on an instruction Python gives no line (``tb_lineno`` None, seen inside torch's tracing):
+    pytest's account of the interrupt crashed on that frame and the run ended with exit status 1, not 2."""
+    pytester.makepyfile(test_cases="""
+        import sys, types
+
+        def test_interrupted():
+            lineless = types.TracebackType(None, sys._getframe(), 10**6, -1)
+            assert lineless.tb_lineno is None
+            try:
+                raise ValueError("the cause")
+            except ValueError as cause:
+                cause.__traceback__ = types.TracebackType(cause.__traceback__, sys._getframe(), 10**6, -1)
+                raise KeyboardInterrupt("SIGTERM").with_traceback(lineless)
+    """)
+    result = pytester.runpytest_subprocess("--export-check", "--export-report", "report.json", "-p", "no:xdist")
+    assert result.ret == 2, result.stdout.str() + result.stderr.str()
+    assert "TypeError" not in result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["*KeyboardInterrupt*"])
+    assert json.loads((pytester.path / "report.json").read_text())["interrupted"] is True
+
+
 @pytest.mark.slow
 def test_under_xdist_only_the_controller_writes_the_lines(pytester, monkeypatch):
     monkeypatch.delenv("PYTEST_EXPORT_TEST_HANG", raising=False)

@@ -56,6 +56,30 @@ class RunReport:
         raise KeyboardInterrupt("SIGTERM: pytest-export ends the run as Ctrl-C does; the report keeps the cases "
                                 "that finished and says it was interrupted")
 
+    @staticmethod
+    def drop_lineless_frames(exc: BaseException | None) -> None:
+        """Frames Python gives no line (``tb_lineno`` None: an interrupt landing on an instruction that has none, as
+        SIGTERM can in the middle of torch's tracing) unlinked from the interrupt's traceback and those it chains.
+        pytest's account of the interrupt would crash on them, and the run end with exit status 1 instead of 2
+        (interrupted) after its report was written. The first frame (pytest's own ``wrap_session``) keeps its line."""
+        todo, seen = [exc], set()
+        while todo:
+            e = todo.pop()
+            if e is None or id(e) in seen:
+                continue
+            seen.add(id(e))
+            tb = e.__traceback__
+            while tb is not None and tb.tb_lineno is None:
+                tb = tb.tb_next
+            e.__traceback__ = tb
+            while tb is not None:
+                after = tb.tb_next
+                while after is not None and after.tb_lineno is None:
+                    after = after.tb_next
+                tb.tb_next = after
+                tb = after
+            todo += [e.__cause__, e.__context__]
+
     def release_sigterm(self) -> None:
         """SIGTERM's handler put back as it was (unless someone replaced this run's since)."""
         if self._sigterm is not None and signal.getsignal(signal.SIGTERM) == self.on_sigterm:
