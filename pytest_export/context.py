@@ -90,6 +90,9 @@ class Context:
         self.audit_problem: str | None = None
         self.declaration_error: str | None = None
         self._audit = None
+        # the refusing guards (``probes.solver.Decided``) that `guards` proved and fails on: `fuzz` leaves their
+        # sizes to it, so both stages' verdicts are the same every run (issue #51)
+        self.refused_by_proof: list[Any] = []
         # stages whose product later stages can use although the stage itself did not pass (eager ran, but its
         # outputs could not be compared: export must still be tried)
         self.keeper = StateKeeper()  # the modules' state tensors as they were, copied once per case

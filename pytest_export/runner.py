@@ -152,14 +152,14 @@ def _require_numerics(result: CaseResult, options: CaseOptions) -> CaseResult:
     short = short_of_max(result.info.get("ranges"))
     ranges = result.info.get("ranges") or {}
     cut = (ranges.get("plan") or {}).get("cut")
-    stopped = (ranges.get("opaque") or {}).get("stopped")
+    stopped = (ranges.get("opaque") or {}).get("stopped") or ranges.get("stopped")
     if not options.require_numerics or not (short or cut or stopped) or result.outcome not in (PASSED, XFAILED):
         return result
     if not short and stopped:  # the guard refused a size others reached: numerics there were not decided (#43)
-        result.error = (f"{result.nodeid}: the memory guard stopped numerics (--export-require-numerics): "
-                        f"{stopped[0]}; raise --export-max-memory or declare the range the machine can check")
+        result.error = (f"{result.nodeid}: numerics were stopped (--export-require-numerics): "
+                        f"{stopped[0]}; raise --export-max-memory, or declare the range the machine can check")
         return result.finish()
-    if not short:  # the plan was cut by the wall clock: some sizes it planned numeric ran by shape only (#43)
+    if not short:  # the plan was cut by the safety net: some sizes it planned numeric ran by shape only (#43)
         result.error = (f"{result.nodeid}: numerics were cut short of the plan (--export-require-numerics): {cut}; "
                         "the model is far costlier than counted: raise --export-budget or make the case smaller")
         return result.finish()

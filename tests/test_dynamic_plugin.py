@@ -1,8 +1,8 @@
-"""`guards` and `fuzz` through real pytest runs: report fields, warnings, replay, the example database, xdist."""
+"""`guards` and `fuzz` through real pytest runs: report fields, warnings, replay, the same draws in every run mode,
+xdist."""
 
 from __future__ import annotations
 
-import shutil
 
 from tests.helpers import cases_by_name, run_check, statuses, write_cases
 
@@ -101,7 +101,6 @@ def test_reproduce_blob_from_the_report_replays_the_failure(pytester):
     _, data = run_check(pytester, "--export-examples", "8", "-k", "even", "--hypothesis-seed", "0")
     blob = cases_by_name(data)["test_even_only"]["stages"]["fuzz"]["counterexample"]["reproduce"]
     assert blob
-    shutil.rmtree(pytester.path / ".hypothesis", ignore_errors=True)  # replay from the blob, not the database
     _write(pytester, f", reproduce={blob!r}")
     result, data = run_check(pytester, "-k", "even")
     result.assert_outcomes(failed=1)
@@ -110,18 +109,72 @@ def test_reproduce_blob_from_the_report_replays_the_failure(pytester):
     assert fuzz["examples"] == 1  # exactly the replayed example
 
 
-def test_the_example_database_replays_a_failure_first_per_case(pytester, monkeypatch):
-    # Hypothesis' own "ci" profile (loaded where CI is set) has no database: run as a developer does,
-    # in a subprocess so that the profile this suite runs under is left alone
+def test_every_run_mode_draws_the_same_sizes(pytester, monkeypatch):
+    """One verdict per commit (#51): the search is seeded by the case, never by the clock, an example database or
+    the profile CI loads: a developer's run, a second run beside the first one's files, and a CI=true run draw the
+    same sizes and reach the same verdicts."""
     monkeypatch.delenv("CI", raising=False)
     _write(pytester)
-    args = ("--export-examples", "300", "-k", "band", "--hypothesis-seed", "3", "--hypothesis-profile", "default")
-    _, first = run_check(pytester, *args, subprocess=True)
-    _, second = run_check(pytester, *args, subprocess=True)
-    fuzz = [cases_by_name(d)["test_band"]["stages"]["fuzz"] for d in (first, second)]
-    assert [f["counterexample"]["sizes"] for f in fuzz] == [{"b": 37}, {"b": 37}]
-    runs = [f["examples"] for f in fuzz]
-    assert runs[1] < runs[0], runs  # the saved failure is tried first: no search before it
+    args = ("--export-examples", "12", "-k", "band or even or clean")
+    _, first = run_check(pytester, *args, "--hypothesis-profile", "default", subprocess=True)
+    _, second = run_check(pytester, *args, "--hypothesis-profile", "default", subprocess=True)
+    monkeypatch.setenv("CI", "true")
+    _, ci = run_check(pytester, *args, subprocess=True)
+
+    def fuzzed(data):
+        return {name: (case["outcome"], case["stages"]["fuzz"].get("drawn"), case["stages"]["fuzz"].get("examples"),
+                       case["stages"]["fuzz"].get("counterexample", {}).get("sizes"))
+                for name, case in cases_by_name(data).items()}
+
+    assert fuzzed(first) == fuzzed(second) == fuzzed(ci)
+    assert fuzzed(first)["test_even_only"][3] == {"b": 3}  # shrunk to the smallest odd size, every run
+    assert len(fuzzed(first)["test_clean"][1]) == 12
+
+
+REFUSES_37 = '''
+class Refuses37(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] == 37:
+            return x - 1
+        return x * 2
+
+
+@pytest.mark.exportable(dynamic_shapes={"x": {0: Dim.AUTO(min=2, max=64)}})
+def test_refuses():
+    return Refuses37(), (torch.randn(8),)
+'''
+
+
+def test_fuzz_leaves_what_guards_proved_to_guards(pytester):
+    """A program that refuses one in-range size by a guard: `guards` proves it and fails every run; `fuzz` leaves
+    the refused size to it whenever it draws it, so the baseline records one stage, whatever the draw (#51)."""
+    write_cases(pytester, REFUSES_37)
+    result, data = run_check(pytester, "--export-examples", "300")
+    result.assert_outcomes(failed=1)
+    case = cases_by_name(data)["test_refuses"]
+    assert case["stages"]["guards"]["status"] == "failed"
+    assert "refused where x.shape[0] == 37: 1 of 63 sizes" in case["stages"]["guards"]["message"]
+    fuzz = case["stages"]["fuzz"]
+    assert fuzz["status"] == "passed", fuzz
+    assert fuzz["left_to_guards"] >= 1 and {"x.shape[0]": 37, "mode": "left to guards"} in fuzz["drawn"], fuzz
+    assert "left to guards" in fuzz["message"]
+
+
+def test_a_stale_reproduce_blob_is_a_warning_not_an_error(pytester):
+    """The model was fixed, the blob stayed in the marker: Hypothesis cannot reproduce it. `fuzz` runs as without
+    it and passes, and a warning names the keyword to remove (#51); never an `error` that cannot be baselined."""
+    _write(pytester)
+    _, data = run_check(pytester, "--export-examples", "8", "-k", "even")
+    blob = cases_by_name(data)["test_even_only"]["stages"]["fuzz"]["counterexample"]["reproduce"]
+    assert blob
+    write_cases(pytester, CASES.replace("REPLAY", f", reproduce={blob!r}").replace('raise ValueError("odd batch")',
+                                                                                 "pass"))
+    result, data = run_check(pytester, "--export-examples", "8", "-k", "even")
+    result.assert_outcomes(passed=1)
+    case = cases_by_name(data)["test_even_only"]
+    fuzz = case["stages"]["fuzz"]
+    assert fuzz["status"] == "passed" and fuzz["examples"] == 8, fuzz
+    assert any("no longer reproduces a failure" in w and "remove reproduce=" in w for w in case["warnings"]), case
 
 
 def test_examples_keyword_and_option(pytester):
@@ -149,8 +202,8 @@ def test_none():
 
 def test_guards_and_fuzz_agree_under_xdist(pytester):
     _write(pytester)
-    # a fixed seed: both runs search the same sizes, wherever Hypothesis' database lives in each process
-    args = ("--export-examples", "12", "-k", "not band", "--hypothesis-seed", "0")
+    # no seed given: the search is seeded by the case, so both runs draw the same sizes (#51)
+    args = ("--export-examples", "12", "-k", "not band")
     _, serial = run_check(pytester, *args, report="serial.json")
     result, parallel = run_check(pytester, *args, "-n", "2", report="parallel.json")
     result.assert_outcomes(passed=2, failed=1)

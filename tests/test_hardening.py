@@ -268,7 +268,7 @@ def test_a_malformed_reproduce_blob_is_a_usage_error_naming_the_keyword():
     with pytest.raises(UsageError) as info:
         pytest_export.check(torch.nn.Linear(2, 2), (torch.randn(3, 2),), name="t.py::test_blob", reproduce="!!!")
     text = str(info.value)
-    assert "t.py::test_blob" in text and "reproduce" in text and "replay: add reproduce=" in text, text
+    assert "t.py::test_blob" in text and "reproduce" in text and "`replay:` line (`reproduce=" in text, text
     # a blob fuzz printed, whole line or alone, is accepted
     from pytest_export.declare.options import validate_keywords
 

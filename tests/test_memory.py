@@ -284,14 +284,19 @@ def test_the_budget_clock_counts_probing_only():
 class Busy(torch.nn.Module):
     """A busy machine, as far as this model can tell: every real forward takes 0.2 s longer than its FLOPs say."""
 
-    def __init__(self, busy: bool):
+    def __init__(self, busy: bool, spins: bool = False):
         super().__init__()
-        self.busy = busy
+        self.busy, self.spins = busy, spins  # spins: the 0.2 s are the model's own work (CPU time), not a wait
         self.linear = torch.nn.Linear(16, 16)
 
     def forward(self, x):
         if self.busy and not isinstance(x, torch._subclasses.FakeTensor):
-            time.sleep(0.2)
+            if self.spins:
+                t0 = time.process_time()
+                while time.process_time() - t0 < 0.2:
+                    pass
+            else:
+                time.sleep(0.2)
         return self.linear(x).relu()
 
 
@@ -320,18 +325,26 @@ def test_the_plan_is_the_same_on_a_busy_machine_and_an_idle_one():
     assert plan["wall_s"] > idle.info["ranges"]["plan"]["wall_s"]
 
 
-def test_the_wall_clocks_safety_net_cuts_numerics_and_says_so(monkeypatch):
+def test_the_safety_net_counts_cpu_time_cuts_numerics_and_says_so(monkeypatch):
+    """The safety net counts the process's CPU time (issue #51): a model whose forward really works far longer than
+    counted is cut, and the case says so; the same wall time spent waiting (a loaded machine, as far as the clocks
+    can tell) cuts nothing, so the plan stays the same at any load."""
     from pytest_export.probes import cost
 
-    monkeypatch.setattr(cost, "WALL_SLACK", 0.0)
-    monkeypatch.setattr(cost, "WALL_FACTOR", 0.5)
-    result = pytest_export.check(Busy(True), (torch.randn(4, 16),), dynamic_shapes={"x": {0: Dim("b", min=1, max=512)}},
-                                 budget=1.0, seed=7, examples=5, session=SessionOptions(check=True))
+    monkeypatch.setattr(cost, "NET_SLACK", 0.0)
+    monkeypatch.setattr(cost, "NET_FACTOR", 0.5)
+    shapes = {"x": {0: Dim("b", min=1, max=512)}}
+    waits = pytest_export.check(Busy(True), (torch.randn(4, 16),), dynamic_shapes=shapes, budget=1.0, seed=7,
+                                examples=5, session=SessionOptions(check=True))
+    plan = waits.info["ranges"]["plan"]
+    assert "cut" not in plan and plan["wall_s"] > 0.5 and plan["cpu_s"] < 0.5, plan
+    result = pytest_export.check(Busy(True, spins=True), (torch.randn(4, 16),), dynamic_shapes=shapes, budget=1.0,
+                                 seed=7, examples=5, session=SessionOptions(check=True))
     plan = result.info["ranges"]["plan"]
-    assert "the wall clock's safety net" in plan["cut"], plan
-    assert any(line.startswith("numerics cut: the wall clock's safety net") for line in result.coverage_lines())
-    strict = pytest_export.check(Busy(True), (torch.randn(4, 16),), dynamic_shapes={"x": {0: Dim("b", min=1, max=512)}},
-                                 budget=1.0, seed=7, examples=5, require_numerics=True, session=SessionOptions(check=True))
+    assert "the safety net: probing used" in plan["cut"] and "of CPU time" in plan["cut"], plan
+    assert any(line.startswith("numerics cut: the safety net") for line in result.coverage_lines())
+    strict = pytest_export.check(Busy(True, spins=True), (torch.randn(4, 16),), dynamic_shapes=shapes, budget=1.0,
+                                 seed=7, examples=5, require_numerics=True, session=SessionOptions(check=True))
     assert strict.outcome == "error" and "numerics were cut short of the plan" in strict.error
 
 

@@ -104,6 +104,42 @@ def test_no_limit_and_a_zero_limit_are_not_enforced():
             assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
+# ---- limits count CPU time, so the load of the machine decides no verdict (issue #51) ------------------------
+
+def _work(seconds: float) -> None:
+    """Use ``seconds`` of this process's CPU time."""
+    t0 = time.process_time()
+    while time.process_time() - t0 < seconds:
+        pass
+
+
+def test_work_is_stopped_by_the_cpu_time_it_used():
+    t0, c0 = time.monotonic(), time.process_time()
+    with pytest.raises(Expired, match=r"exceeded the time limit of 0.3 s: used 0.3 s of CPU time"):
+        with time_limit(0.3, error=Expired):
+            _work(5)
+    assert 0.3 <= time.process_time() - c0 < 1.0 and time.monotonic() - t0 < 3
+
+
+def test_work_slowed_by_a_busy_machine_is_not_stopped_by_the_wall_clock():
+    """A loaded machine gives the process a share of a core: the block takes twice its limit on the wall clock,
+    but uses less CPU time than the limit, so it finishes (it had been stopped, an `error` only load made)."""
+    t0 = time.monotonic()
+    with time_limit(0.5, error=Expired):
+        for _ in range(10):  # 40% of a core: 0.4 s of work over about 1 s
+            _work(0.04)
+            time.sleep(0.06)
+    assert time.monotonic() - t0 > 0.5
+
+
+def test_a_block_that_only_waits_is_stopped_by_the_wall_clock():
+    t0 = time.monotonic()
+    with pytest.raises(Expired, match="exceeded the time limit of 0.3 s waiting .*a sleep, a lock or a hang"):
+        with time_limit(0.3, error=Expired):
+            time.sleep(5)
+    assert 0.3 <= time.monotonic() - t0 < 2
+
+
 # ---- off the main thread, checkpoints enforce a limit; a case's thread never outlives it (issue #32) ---------
 
 def _in_a_thread(work):
@@ -205,7 +241,9 @@ class Slow(torch.nn.Module):
     def forward(self, x):
         if threading.current_thread() is not threading.main_thread():  # fuzz's search, on its own thread
             CALLS.append(1)
-            time.sleep(0.05)
+            t0 = time.process_time()  # work, not a wait: limits count CPU time (issue #51)
+            while time.process_time() - t0 < 0.05:
+                pass
         return x * 2
 
 @settings(max_examples=1, deadline=None, database=None, suppress_health_check=list(HealthCheck))

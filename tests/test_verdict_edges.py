@@ -481,7 +481,9 @@ class RefusesSomeSides(torch.nn.Module):
 def test_the_audit_blames_the_axis_whose_change_is_refused():
     ds = {"x": {0: Dim.AUTO(min=1, max=8), 2: Dim.AUTO(min=32, max=128)}}
     res = check(RefusesSomeSides(), (torch.randn(2, 3, 96),), dynamic_shapes=ds)
-    assert res.stages["guards"].status == "failed" and res.stages["fuzz"].status == "failed"
+    assert res.stages["guards"].status == "failed"
+    # the sizes guards proved refused are left to it: one stage fails on one fact, whatever fuzz draws (#51)
+    assert res.stages["fuzz"].status == "passed" and res.stages["fuzz"].data["left_to_guards"] > 0
     rows = {r["axis"]: r for r in res.info["shapes"]}
     assert rows[2]["status"] == "refused-in-range" and rows[2]["refused_at"] == 32
     # batch 1 works at side 96: the probe at (1, 32) is refused for its side, not its batch

@@ -29,7 +29,7 @@ def is_blob(v: Any) -> str | None:
         decode_failure(parse_blob(v))
     except Exception as exc:  # noqa: BLE001 - Hypothesis says why it cannot decode it
         return (f"is not a blob a failed `fuzz` stage printed ({type(exc).__name__}: {exc}); copy it whole from "
-                "the failure's `replay: add reproduce=\"...\"` line, or remove it")
+                "the failure's `replay:` line (`reproduce=\"...\"`), or remove it")
     return None
 
 

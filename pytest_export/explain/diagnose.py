@@ -31,7 +31,8 @@ LIMIT_FACTOR = 2.0
 
 
 def limit_for(export_s: float) -> float:
-    """Seconds the diagnosis of an export that failed after ``export_s`` may run: ``max(30, 2 x export_s)``.
+    """Seconds (CPU time, as every limit counts: ``timeout``) the diagnosis of an export that failed after
+    ``export_s`` CPU seconds may run: ``max(30, 2 x export_s)``.
     Inside the case's ``--export-timeout`` the case's limit stays in charge when it ends first."""
     return max(LIMIT_FLOOR_S, LIMIT_FACTOR * export_s)
 

@@ -79,9 +79,10 @@ NOMINAL_CONV_FLOPS = 3e10  # FLOP/s of convolutions
 NOMINAL_BYTES = 3e9  # bytes made per second
 NOMINAL_OP_S = 1.5e-5  # seconds of call overhead per operator of a real forward
 NOMINAL_FAKE_OP_S = 2e-4  # seconds per operator of a fake forward (a probe checked by shape)
-# the wall clock's safety net: probing that has taken this many times the budget (plus the slack) plans no more
-# numerics; the case says so (``Costs.cut``)
-WALL_FACTOR, WALL_SLACK = 4.0, 30.0
+# the safety net: probing that has used this many times the budget (plus the slack) in CPU time plans no more
+# numerics; the case says so (``Costs.cut``). CPU time, not the wall clock: the same work reaches it on an idle
+# machine and beside other work (issue #51)
+NET_FACTOR, NET_SLACK = 4.0, 30.0
 def nominal(m: Measure) -> float:
     """Seconds one forward takes at the nominal rates: a function of what was counted, never of the machine or its
     load (what the deterministic plan is made of)."""
@@ -109,6 +110,8 @@ class Costs:
     auto: bool = False  # the budget is the default one: ``size_for_edges`` may raise it
     spent_s: float = 0.0  # seconds spent probing so far (``choose``)
     _since: float | None = None  # when the probing now running began
+    cpu_s: float = 0.0  # CPU seconds spent probing so far (the safety net's measure)
+    _cpu_since: float = 0.0
     example: Measure | None = None  # the example's fake count, with its real time and peak
     real_peak: int = 0  # the example's measured real peak (bytes of live tensors)
     fake_problem: str | None = None  # why fake tensors cannot run this model (then numerics only)
@@ -123,7 +126,7 @@ class Costs:
     planned: float = 0.0  # nominal seconds of the probes planned so far: what the budget is spent by (issue #43)
     # seconds set aside for shape checks promised (``guards``' probes), which run fake once the budget is spent:
     reserved: float = 0.0  # numerics are planned within what they leave (BERT-base's plan had totalled 1.34x; #43)
-    cut: str = ""  # where the wall clock's safety net stopped numerics (then the plan is no longer the same anywhere)
+    cut: str = ""  # where the CPU-time safety net stopped numerics (then the plan is no longer the same anywhere)
     # shape checks that ran once the budget could not pay for them (issue #50): every probe promised is checked by
     # shape at least, so they run, and their nominal seconds are told apart, never added to ``budget_spent``
     beyond: float = 0.0
@@ -144,15 +147,21 @@ class Costs:
             yield
             return
         self._since = time.perf_counter()
+        self._cpu_since = time.process_time()
         try:
             yield
         finally:
             self.spent_s += time.perf_counter() - self._since
+            self.cpu_s += time.process_time() - self._cpu_since
             self._since = None
 
     def wall(self) -> float:
-        """Seconds of probing on the wall clock: recorded, and the safety net's measure, never the plan's."""
+        """Seconds of probing on the wall clock: recorded, never the plan's measure nor the safety net's."""
         return self.spent_s + (time.perf_counter() - self._since if self._since is not None else 0.0)
+
+    def cpu(self) -> float:
+        """CPU seconds of probing (the process's, every thread's): the safety net's measure."""
+        return self.cpu_s + (time.process_time() - self._cpu_since if self._since is not None else 0.0)
 
     def used(self) -> float:
         """The budget spent: the nominal seconds of the probes planned so far (``charge``), the same on any machine
@@ -197,13 +206,13 @@ class Costs:
     def spent(self) -> bool:
         return self.budget is not None and (self.left() or 0.0) <= 0
 
-    def wall_cut(self) -> str:
-        """Why the wall clock's safety net stops numerics now ("" where it does not): probing ran past
-        ``WALL_FACTOR`` times the budget (and ``WALL_SLACK`` s), a model far costlier than counted."""
-        if self.budget is None or self.wall() <= WALL_FACTOR * self.budget + WALL_SLACK:
+    def net_cut(self) -> str:
+        """Why the safety net stops numerics now ("" where it does not): probing used more CPU time than
+        ``NET_FACTOR`` times the budget (and ``NET_SLACK`` s), a model far costlier than counted."""
+        if self.budget is None or self.cpu() <= NET_FACTOR * self.budget + NET_SLACK:
             return ""
-        self.cut = self.cut or (f"the wall clock's safety net: probing ran past {self.wall():.0f} s, "
-                                f"{WALL_FACTOR:g}x the budget of {self.budget:g} s and {WALL_SLACK:g} s more")
+        self.cut = self.cut or (f"the safety net: probing used {self.cpu():.0f} s of CPU time, "
+                                f"{NET_FACTOR:g}x the budget of {self.budget:g} s and {NET_SLACK:g} s more")
         return self.cut
 
     # prediction ----------------------------------------------------------------------------------
@@ -270,7 +279,7 @@ class Costs:
     def decide(self, seconds: float, need: int, fake_ok: bool, budgeted: bool = True, edge: bool = False) -> Plan:
         """The plan of a probe predicted to take ``seconds`` and ``need`` bytes numeric (``plan``)."""
         why = ""
-        cut = self.wall_cut() if budgeted else ""
+        cut = self.net_cut() if budgeted else ""
         if need > self.max_memory:
             why = f"needs ~{format_bytes(need)} > max_memory {format_bytes(self.max_memory)}"
         elif self.budget is not None and budgeted:
@@ -301,7 +310,8 @@ class Costs:
 
     def stop(self, values: dict[str, int], dims: dict[str, tuple[int, int, int | None]], why: str, fake: bool,
              label: str = "") -> None:
-        """The memory guard refused a numeric probe at ``values`` (issue #43): where it was in range (``dims``) it
+        """The memory guard (issue #43) or the probe's time limit (issue #51) stopped a numeric probe at ``values``:
+        where it was in range (``dims``) it
         counts as not numeric (it ran ``fake`` instead, or not at all); a probe at least as large in every dim is
         planned fake."""
         self.stops.append((dict(values), why, label))
@@ -319,7 +329,7 @@ class Costs:
         out: dict[str, Any] = {"max_memory": self.max_memory, "probes": dict(self.probes),
                                "budget": self.budget, "budget_spent": round(self.used(), 3),
                                "plan": {"basis": self.basis, "predicted_s": round(self.planned + self.beyond, 3),
-                                        "wall_s": round(self.wall(), 3), **({"cut": self.cut} if self.cut else {}),
+                                        "wall_s": round(self.wall(), 3), "cpu_s": round(self.cpu(), 3), **({"cut": self.cut} if self.cut else {}),
                                         **({"beyond_budget_s": round(self.beyond, 3)} if self.beyond else {})},
                                "dims": [{k: v for k, v in row.items() if not k.startswith("_")}
                                         for row in self.coverage.values()]}
@@ -330,6 +340,8 @@ class Costs:
                                             else "guarded", "hidden_bytes": cal.get("hidden"),
                                             "at_input_bytes": cal.get("hidden_at")} for name, cal in self.opaque.items()},
                              "guard_bytes": self.max_memory + GUARD_SLACK, "stopped": [f"{label or 'a probe'}: {why}" for _, why, label in self.stops]}
+        elif self.stops:  # numeric probes their time limit stopped (issue #51), checked by shape instead
+            out["stopped"] = [f"{label or 'a probe'}: {why}" for _, why, label in self.stops]
         if self.edges_short:  # edges the budget left to shape checks, and the budget that runs them (issue #50)
             out["edges_short"] = {"edges": [f"{label}: {why}" for label, why in self.edges_short],
                                   "budget_needed": round_budget(self.edges_budget)}

@@ -107,6 +107,19 @@ class Proof:
         }
 
 
+def refusing(decided: list[Decided], values: dict[str, int]) -> Decided | None:
+    """The first of ``decided`` (guards that refuse declared sizes) whose guard fails at ``values`` (symbol -> size):
+    the program refuses these sizes, as a fact of its guards; None where none of them does."""
+    import sympy
+
+    for d in decided:
+        free = d.guard.expr.free_symbols
+        if all(str(s) in values for s in free):
+            if d.guard.expr.xreplace({s: sympy.Integer(values[str(s)]) for s in free}) == sympy.false:
+                return d
+    return None
+
+
 def _guard(expr: Any, names: dict[Any, Any], source: str) -> Guard:
     import sympy
 

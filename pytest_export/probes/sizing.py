@@ -209,9 +209,11 @@ def plan_tier(ctx: Context, probes: list[Sized]) -> list[tuple[Sized, Plan]]:
 
 
 def _numeric(ctx: Context, sized: Sized, call: Any, instead: Any) -> Any:
-    """A numeric run under a time limit far above its prediction: a model that makes it far costlier is stopped
-    as an ``error`` that names the probe, never left to run unbounded. A case with ops the count cannot see into
-    runs it under the memory guard too (``guarded``); a probe the guard refuses runs ``instead()`` (fake)."""
+    """A numeric run under a time limit far above its prediction, in CPU time (``timeout``: the same on an idle and a
+    loaded machine): a model that makes it far costlier than counted is stopped there and checked by shape instead
+    (``instead()``, fake), and the coverage says so (issue #51: it had been an ``error`` that a loaded runner
+    produced and an idle one did not). A case with ops the count cannot see into runs it under the memory guard too
+    (``guarded``); a probe the guard refuses runs ``instead()`` as well."""
     plan = sized.plan
     costs = ctx.calibration.costs()
     limit = costs.probe_timeout(plan)
@@ -222,10 +224,14 @@ def _numeric(ctx: Context, sized: Sized, call: Any, instead: Any) -> Any:
             if not costs.opaque:
                 return call()
             return guarded(ctx, sized, call, instead)
-    except Expired:
-        raise HarnessError(f"the numeric probe at {sized.label or 'these sizes'} ran past {limit:g} s (predicted "
-                           f"~{plan.seconds:.3g} s for eager and program together): the model is far costlier at "
-                           "these sizes than its fake run predicts; lower --export-max-memory or the declared range")
+    except Expired as exc:
+        spent = (f"waited {limit:g} s on the wall clock without working" if " waiting" in str(exc) else
+                 f"used {limit:g} s of CPU time")
+        why = (f"stopped by its time limit: the numeric run {spent}, predicted ~{plan.seconds:.3g} s for eager and "
+               "program together; the model is far costlier at these sizes than counted")
+        fake = costs.fake_problem is None and sized.eager_fake is not None
+        costs.stop(sized.values, sized.dims if sized.in_range else {}, why, fake, sized.label)
+        sized.plan = Plan(FAKE if fake else None, plan.seconds, plan.bytes, why)
     finally:
         if watch is not None:
             from .calibration import resident_high
@@ -233,6 +239,7 @@ def _numeric(ctx: Context, sized: Sized, call: Any, instead: Any) -> Any:
             watch["measured_bytes"] = max(watch.get("measured_bytes", 0), resident_high() - sized.rss_base)
         if plan.bytes >= TRIM_AFTER:  # its freed heap goes back, else the next probe allocates beside it (#31)
             trim_heap()
+    return instead()
 
 
 def guarded(ctx: Context, sized: Sized, call: Any, instead: Any) -> Verdict:

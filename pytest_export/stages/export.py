@@ -37,7 +37,7 @@ def run(ctx: Context) -> dict[str, Any]:
     before = versions(module)
     args, kwargs = clone_inputs((ctx.case.args, ctx.case.kwargs))
     dynamic_shapes = ctx.options.dynamic_shapes
-    started = time.perf_counter()
+    cpu_started = time.process_time()
     try:
         dynamic_shapes = ctx.export_dynamic_shapes()
         extra = {}
@@ -48,12 +48,13 @@ def run(ctx: Context) -> dict[str, Any]:
             ctx.ep = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=ctx.options.strict,
                                          **extra)
     except Exception as exc:
-        export_s = time.perf_counter() - started
+        # the diagnosis' limit counts CPU time as every limit does (``timeout``), so it is scaled by export's
+        export_cpu_s = time.process_time() - cpu_started
         data: dict[str, Any] = {"exception": type(exc).__name__, **frames_data(exc)}
         # the model's frames where torch's text does not show them; a class pytree does not know, named
         text = located(describe_exception(exc), exc) + _guard_lines(exc) + (_class_hint(ctx, exc) or export_hint(exc))
         if ctx.options.diagnose:
-            text += "\n\n" + _diagnosis(ctx, exc, dynamic_shapes, data, export_s)
+            text += "\n\n" + _diagnosis(ctx, exc, dynamic_shapes, data, export_cpu_s)
         elif ctx.options.diagnose_skipped:  # known or expected (--export-diagnose=auto: issue #26)
             text += "\n\n" + ctx.options.diagnose_skipped
             data["diagnosis_skipped"] = ctx.options.diagnose_skipped
@@ -107,7 +108,7 @@ def _stderr_once():
         yield
 
 
-def _diagnosis(ctx: Context, exc: BaseException, dynamic_shapes: Any, data: dict[str, Any], export_s: float) -> str:
+def _diagnosis(ctx: Context, exc: BaseException, dynamic_shapes: Any, data: dict[str, Any], export_cpu_s: float) -> str:
     """The account of a failed export (``diagnose``), timed on its own and under its own limit (issue #23:
     draft_export ran for more than 12 minutes after an export that failed in 70 s): for a constraint violation
     whose message carries torch's suggested fixes, the fix built from it and checked, without draft_export
@@ -125,7 +126,7 @@ def _diagnosis(ctx: Context, exc: BaseException, dynamic_shapes: Any, data: dict
             a, k = clone_inputs((ctx.case.args, ctx.case.kwargs))
             with quiet_trace_logs():
                 data["diagnosis"] = diagnose(exc, ctx.case.module, a, k, dynamic_shapes, ctx.options.strict,
-                                             ctx.workdir / "draft_export", limit=limit_for(export_s))
+                                             ctx.workdir / "draft_export", limit=limit_for(export_cpu_s))
         except CaseTimeout:  # the case's time ran out before draft_export started (copying the inputs)
             data["diagnosis"] = {"cut": True, "cut_by": "case timeout",
                                  "cut_after_s": round(time.perf_counter() - t0, 3)}

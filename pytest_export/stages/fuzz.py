@@ -2,22 +2,25 @@
 
 Boundaries come first (every variable at its min, at its max, at the example's size; min, max, their
 neighbours, 2 and the example's size stay likely later on). A failure is shrunk by Hypothesis to its smallest
-sizes and reported with the symbol values, every input shape, the error sizes and how to replay it. Settings
-derive from the active Hypothesis profile (``--hypothesis-profile``, ``--hypothesis-seed`` work); there is no
-deadline, no health-check noise, and the example database is keyed per case so a failure replays first.
+sizes and reported with the symbol values, every input shape, the error sizes and how to replay it.
+
+One verdict per commit (issue #51): the search is seeded by the case (its node id), never by the clock, the
+machine or an example database, so every run of the same tree draws the same sizes, serially, under xdist, under
+``CI=true`` and in a fresh checkout; ``seed=`` or ``--hypothesis-seed`` choose another seed. Sizes that `guards`
+proved the program refuses (and fails on) are left to it, and counted. There is no deadline and no health-check
+noise. A ``reproduce=`` blob that no longer fails is a warning naming the keyword to remove, and the search runs.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
-import time
 from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
 from ..declare.blob import BLOB, parse_blob
 from ..probes.choose import (REFUSED_IN_RANGE, UNCHECKED, WRONG_IN_RANGE, in_range_problem, outside_promise,
                              mark_refusal, plan_for, run_program, sized)
+from ..probes.proof import refusing
 from ..probes.strategies import BuilderError, assignments, boundary_assignments, shapes_of
 from ..timeout import checkpoint
 from ..util import describe_exception, plural
@@ -37,12 +40,12 @@ def run(ctx: Context) -> dict[str, Any]:
         raise StageSkip("no dynamic dims kept: no sizes to draw (compare checked the example)")
     import hypothesis
     from hypothesis import HealthCheck, given, settings
-    from hypothesis.errors import Unsatisfiable
+    from hypothesis.errors import DidNotReproduce, Unsatisfiable
 
     model = audit.model
     builder = ctx.options.input_builder
     state: dict[str, Any] = {"runs": 0, "failure": None, "drawn": [], "modes": {"fake": 0, "numeric": 0},
-                             "unchecked": 0, "failed": []}
+                             "unchecked": 0, "failed": [], "left_to_guards": 0}
     budget = Budget(ctx)
 
     def one(values: dict[str, int]) -> None:
@@ -53,6 +56,12 @@ def run(ctx: Context) -> dict[str, Any]:
             hypothesis.reject()
         seed = value_seed(values)
         named = model.named(values)
+        if refusing(ctx.refused_by_proof, values) is not None:
+            # `guards` proved the program refuses these sizes and fails on it every run: one verdict for one fact,
+            # whatever the draw (issue #51)
+            state["left_to_guards"] += 1
+            state["drawn"].append({**named, "mode": "left to guards"})
+            return
         probe = sized(ctx, model, values, seed=seed)
         try:
             plan = plan_for(ctx, probe)
@@ -86,7 +95,9 @@ def run(ctx: Context) -> dict[str, Any]:
     # Boundaries first, run here and not as @example: Hypothesis does not shrink a failing explicit example,
     # and the search below finds and shrinks the same failure to its threshold.
     boundary_failure: tuple[dict[str, Any], FuzzFailure] | None = None
-    if not ctx.options.reproduce:
+
+    def boundaries() -> None:
+        nonlocal boundary_failure
         for values in boundary_assignments(model):
             try:
                 one(values)
@@ -94,7 +105,10 @@ def run(ctx: Context) -> dict[str, Any]:
                 boundary_failure = (state["failure"], exc)
                 break
 
-    def search() -> None:
+    if not ctx.options.reproduce:
+        boundaries()
+
+    def search(reproduce: str | None) -> None:
         test = given(values=assignments(model))(one)
         test = settings(
             # every example asked for (a failing boundary gets them all: the search must find it again to shrink
@@ -103,23 +117,37 @@ def run(ctx: Context) -> dict[str, Any]:
             deadline=None,
             suppress_health_check=list(HealthCheck),
             print_blob=True,
+            # the draws are a function of the commit (issue #51): no example database (one run's finds would
+            # change the next run's verdict), and the seed is the case's, not the profile's derandomization
+            database=None,
+            derandomize=False,
         )(test)
-        if ctx.options.seed is not None:
-            test = hypothesis.seed(ctx.options.seed)(test)
-        if ctx.options.reproduce:
-            test = hypothesis.reproduce_failure(hypothesis.__version__, parse_blob(ctx.options.reproduce))(test)
-        # keyed per case, so that a failure found here replays first on the next run. Private: Hypothesis keys
-        # its database by the test function, and every case runs this same closure; its only public lever,
-        # settings(database=...), would replace the database the user configured instead of keying into it.
-        module = type(ctx.case.module)
-        key = f"pytest-export:{ctx.nodeid}:{module.__module__}.{module.__qualname__}"
-        test._hypothesis_internal_database_key = hashlib.sha256(key.encode()).digest()
+        test = hypothesis.seed(search_seed(ctx))(test)
+        if reproduce:
+            test = hypothesis.reproduce_failure(hypothesis.__version__, parse_blob(reproduce))(test)
         test()
+
+    def searched() -> None:
+        if not ctx.options.reproduce:
+            return search(None)
+        try:
+            return search(ctx.options.reproduce)
+        except DidNotReproduce as exc:
+            # the model was fixed, or Hypothesis changed: the failure the blob replays no longer happens (#51).
+            # The stage then runs as it does without the blob: boundaries first, then the seeded search
+            ctx.result.warnings.append(
+                f'fuzz: reproduce="{ctx.options.reproduce}" no longer reproduces a failure ({_one_line(exc)}): '
+                "remove reproduce= from the exportable marker")
+        state.update(runs=0, drawn=[], failed=[], left_to_guards=0, unchecked=0, modes={"fake": 0, "numeric": 0})
+        budget.armed = False
+        boundaries()
+        budget.armed = True
+        search(None)
 
     budget.armed = True
     try:
         if boundary_failure or ctx.options.reproduce or (state["runs"] < n and not budget.spent()):
-            _run_outside_hypothesis(search, ctx.result.warnings.append)
+            _run_outside_hypothesis(searched, ctx.result.warnings.append)
         elif state["runs"] < n:
             budget.stopped = True
     except FuzzFailure as exc:
@@ -149,6 +177,10 @@ def run(ctx: Context) -> dict[str, Any]:
                                  "Hypothesis ended the search early (it found no new sizes to try)")
     if state["runs"] < n:
         runs = f"{state['runs']} of {n} examples ({data['fewer_because']})"
+    if state["left_to_guards"]:
+        runs += (f", {state['left_to_guards']} of them left to guards (sizes it proved the program refuses, and fails "
+                 "on)")
+        data["left_to_guards"] = state["left_to_guards"]
     if state["unchecked"]:
         runs += (f", {state['unchecked']} of them not checked (neither fake nor numeric could run them; the first, "
                  f"{state['unchecked_why']})")
@@ -199,6 +231,23 @@ def _space(model: Any) -> int:
     return total
 
 
+def search_seed(ctx: Context) -> int:
+    """The seed of the case's search: ``seed=`` where given, else a function of the case's node id (mixed with
+    ``--hypothesis-seed`` where given): the same on every run of the same tree, whatever the run mode."""
+    if ctx.options.seed is not None:
+        return ctx.options.seed
+    from hypothesis import core
+
+    forced = core.global_force_seed  # --hypothesis-seed: another seed for every case
+    key = f"pytest-export:{ctx.nodeid}" + ("" if forced is None else f":{forced}")
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
 def value_seed(values: dict[str, int]) -> int:
     """The seed of the tensor values for one size assignment: a function of the sizes alone, so Hypothesis
     searches and shrinks sizes only and a failure replays with the same values."""
@@ -238,9 +287,10 @@ def _report(ctx: Context, state: dict[str, Any], exc: BaseException, boundary: b
     if boundary:
         replay = "replay: these are boundary sizes, which run first on every run"
     elif blob:
-        replay = f'replay: add reproduce="{blob}" to the exportable marker'
+        replay = (f'replay: every run finds it again (the search is seeded by the case); reproduce="{blob}" in the '
+                  "exportable marker replays it first")
     else:
-        replay = "replay: rerun; Hypothesis' example database replays this failure first"
+        replay = "replay: rerun; the search is seeded by the case, so every run draws the same sizes"
     msg = (f"fuzzing failed after {plural(state['runs'], 'example')}; smallest failing sizes: {sizes}\n"
            f"input shapes: {shapes}\n{found.get('error', '')}\n{replay}")
     refused = found.get("program") not in (None, "accepted")

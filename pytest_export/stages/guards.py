@@ -162,6 +162,8 @@ def run(ctx: Context) -> dict[str, Any]:
         data["below_min"] = [{"probe": r["probe"], "what": r["below_min"]} for r in records if "below_min" in r]
     names = {v.symbol: "/".join(v.names) for v in model.vars}
     proved_lines = _proof_lines(proof, witnesses, verdicts, probes) if proof is not None else []
+    if proof is not None:  # what this stage fails on every run; `fuzz` leaves those sizes to it (issue #51)
+        ctx.refused_by_proof = _reported(proof, witnesses, verdicts, probes, bool(audit.failures))
     # where no proof could be built, the report says so: a harness limit is never read as a proof (#41); where no
     # axis is declared dynamic there is no range to prove, and nothing is said
     if proof is not None:
@@ -240,13 +242,28 @@ def _witnesses(model: Any, proof: Proof | None, audited: bool) -> dict[int, Prob
     return out
 
 
+def _confirmed(proof: Proof, witnesses: dict[int, Probe], verdicts: list[str], probes: list[Probe]) -> set[int]:
+    """The refusing guards (``id``) whose witness probe was not accepted (a guard the program does not check at run
+    time is no refusal)."""
+    status = {id(p): v for p, v in zip(probes, verdicts)}
+    by_values = {str(p.values): status.get(id(p)) for p in probes}
+    return {id(d) for i, d in enumerate(proof.refusals())
+            if i in witnesses and by_values.get(str(witnesses[i].values)) != ACCEPTED}
+
+
+def _reported(proof: Proof, witnesses: dict[int, Probe], verdicts: list[str], probes: list[Probe],
+              audited: bool) -> list[Any]:
+    """The refusing guards this stage fails on, whatever the draw: those its witness confirmed and, where the audit
+    fails the declaration, the ranges export narrowed and the axes it tied (the audit names them)."""
+    confirmed = _confirmed(proof, witnesses, verdicts, probes)
+    return [d for d in proof.refusals() if id(d) in confirmed or (audited and d.guard.source in (RANGE_SOURCE,
+                                                                                               TIE_SOURCE))]
+
+
 def _proof_lines(proof: Proof, witnesses: dict[int, Probe], verdicts: list[str], probes: list[Probe]) -> list[str]:
     """A line per guard that refuses declared sizes, with the whole refused set, where its witness probe was not
     accepted (a guard the program does not check at run time is no refusal)."""
-    status = {id(p): v for p, v in zip(probes, verdicts)}
-    by_values = {str(p.values): status.get(id(p)) for p in probes}
-    confirmed = {id(d) for i, d in enumerate(proof.refusals())
-                 if i in witnesses and by_values.get(str(witnesses[i].values)) != ACCEPTED}
+    confirmed = _confirmed(proof, witnesses, verdicts, probes)
     return [proof.refused_text(d, more=more) + (" (proved over every declared size, not sampled)" if d.exact else "")
             for d, more in proof.grouped() if id(d) in confirmed]
 
