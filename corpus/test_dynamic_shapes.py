@@ -55,7 +55,7 @@ _N_IS_ONE = "torch 2.13 refuses the derived dim's root at 1 (a `!= 1` guard) alt
 
 
 @pytest.mark.exportable(dynamic_shapes={"x": {0: 2 * _n}, "y": {0: _n}}, tags=["dynamic", "derived-dim"],
-                        xfail={"guards": _N_IS_ONE, "fuzz": _N_IS_ONE})
+                        xfail={"guards": _N_IS_ONE})
 def test_derived_dim_twice():
     return PairSum(), (torch.randn(8), torch.randn(4))
 
@@ -70,7 +70,7 @@ _m = Dim("m", min=1, max=32)
 
 # the same at m=1: "Guard failed: -1 + x.size()[0] >= 2"
 @pytest.mark.exportable(dynamic_shapes={"x": {0: _m + 1}, "y": {0: _m}}, tags=["dynamic", "derived-dim"],
-                        xfail={"guards": _N_IS_ONE, "fuzz": _N_IS_ONE})
+                        xfail={"guards": _N_IS_ONE})
 def test_derived_dim_plus_one():
     return Shift(), (torch.randn(5), torch.randn(4))
 
@@ -313,8 +313,7 @@ class PairsOfFour(torch.nn.Module):
     tags=["dynamic", "guards", "silent", "reshape"],
     xfail={"guards": "reshape(-1, 4) of an (n, 2) input adds the guard 2*n % 4 == 0 without an error: the program "
                      "refuses odd sizes inside the declared range, and eager raises there too (eager-raised-in-range: "
-                     "the declaration promises more than the model supports)",
-           "fuzz": "the same odd in-range sizes; fuzzing shrinks them to n=5"},
+                     "the declaration promises more than the model supports); fuzz leaves those sizes to guards"},
 )
 def test_reshape_guard_refuses_sizes_inside_the_declared_range():
     return PairsOfFour(), (torch.randn(8, 2),)

@@ -9,8 +9,9 @@ pays only for what it makes, and all of it goes back when it exits.
 the package unpickles nothing, so ``fn`` returns builtins). The child's own memory (its private pages: what it made or wrote) is watched while it runs: past ``cap`` it
 is killed and the work is an error naming ``--export-max-memory`` (the harness could not decide; the machine is
 never run past the cap). A ``StageFailure`` or ``HarnessError`` it raises is raised again here; anything else
-it raises, or its death, is a ``HarnessError`` that says what it was doing. Past ``seconds`` it is killed, so its
-time is bounded even where the case has no time limit. Where ``os.fork`` is missing, ``fn`` runs in-process.
+it raises, or its death, is a ``HarnessError`` that says what it was doing. Past ``seconds`` of its CPU time (or
+of wall time spent waiting without working, as every limit counts: ``timeout``) it is killed, so its time is
+bounded even where the case has no time limit, and the load of the machine decides nothing. Where ``os.fork`` is missing, ``fn`` runs in-process.
 
 torch is imported where it is used; nothing here knows about stages or pytest.
 """
@@ -29,6 +30,7 @@ from typing import Any, Callable
 from .context import StageFailure
 from .probes.cost import format_bytes
 from .results import HarnessError
+from .timeout import WAITING_SHARE
 from .util import describe_exception
 
 POLL_S = 0.05  # how often the child's memory is read: a page-granular watch, 20 times a second
@@ -42,6 +44,29 @@ def private_bytes(pid: int) -> int | None:
             return sum(int(line.split()[1]) * 1024 for line in f if line.startswith(("Private_Clean", "Private_Dirty")))
     except (OSError, ValueError, IndexError):
         return None
+
+
+def cpu_seconds_of(pid: int) -> float | None:
+    """The CPU time (user and system) process ``pid`` has used so far; None where the kernel does not say."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command's name, which may hold spaces
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _over(pid: int, seconds: float, wall: float) -> str:
+    """Why the child has run past ``seconds`` ("" where it has not): its CPU time, as every limit counts
+    (``timeout``: the same on an idle and a loaded machine), or its wall time where it waits without working."""
+    cpu = cpu_seconds_of(pid)
+    if cpu is None:
+        return f"did not finish in {seconds:.0f} s" if wall > seconds else ""
+    if cpu >= seconds:
+        return f"used {seconds:.0f} s of CPU time without finishing"
+    if wall >= seconds and cpu < WAITING_SHARE * wall:
+        return f"waited {wall:.0f} s without working ({cpu:.2g} s of CPU time: a lock or a hang)"
+    return ""
 
 
 class Watched:
@@ -95,8 +120,9 @@ def in_child(fn: Callable[[], Any], cap: int, seconds: float, what: str, watched
                 raise HarnessError(f"{what} needed more than max_memory {format_bytes(cap)} (it had reached "
                                    f"{format_bytes(mine)} when it was stopped); raise --export-max-memory "
                                    "(max_memory=) to check it")
-            if time.monotonic() - t0 > seconds:
-                raise HarnessError(f"{what} did not finish in {seconds:.0f} s; it was stopped")
+            over = _over(pid, seconds, time.monotonic() - t0)
+            if over:
+                raise HarnessError(f"{what} {over}; it was stopped")
     finally:
         watched.seconds = time.monotonic() - t0
         os.close(read)
