@@ -24,7 +24,7 @@ from .report.files import (build_report, lines_path, load_report, partial_text, 
                            write_text_atomic)
 from .report.schema import FIX
 from .report.summary import coverage_line, coverage_summary, stage_table
-from .util import markdown_table, plural, text_table
+from .util import markdown_table, output_problem, plural, text_table
 
 BAD = ("failed", "error", "xpassed")
 USAGE_ERROR = 4  # pytest's exit status for a usage error: the in-run gate's for a missing or broken baseline
@@ -50,6 +50,25 @@ def _load(path: str) -> dict[str, Any]:
         fix = "" if FIX in problem else fix
     print(f"pytest-export: {problem}{fix}", file=sys.stderr)
     raise SystemExit(USAGE_ERROR)
+
+
+def _output(option: str, path: str | None) -> None:
+    """An output path checked as the in-run options are (``declare.settings.output_problem``): a usage error naming
+    the option, the path and why, exit status 4, before anything is read or written."""
+    why = output_problem(path) if path else None
+    if why:
+        print(f"pytest-export: {option} {path}: {why}; give a path in a writable directory (or make the directory "
+              "writable)", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR)
+
+
+def _written(option: str, path: str, write: Any) -> None:
+    """``write()``, where the file still cannot be written (a race, a full disk): the usage error, no traceback."""
+    try:
+        write()
+    except OSError as exc:
+        print(f"pytest-export: {option} {path}: cannot be written ({exc.strerror or exc})", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR) from None
 
 
 def merge_reports(reports: Sequence[dict[str, Any]], names: Sequence[str] = ()) -> tuple[dict[str, Any], list[str]]:
@@ -171,6 +190,9 @@ def gate(report_path: str, baseline_path: str, *, warn_stale: bool = False, mark
     A partial report (a run stopped from outside, or its case lines: issue #23) never passes: its cases are
     judged, and the entries of the cases it lacks are left alone (neither stale nor confirmed). Nor does the report of
     a run with collection errors or stopped early (-x): pytest failed it whatever its cases say (#32)."""
+    step = environ.get("GITHUB_STEP_SUMMARY")
+    _output("--markdown", markdown)
+    _output("$GITHUB_STEP_SUMMARY", step if markdown is None else None)
     report = _load(report_path)
     try:
         base = bl.load(baseline_path, option="--baseline")
@@ -202,13 +224,13 @@ def gate(report_path: str, baseline_path: str, *, warn_stale: bool = False, mark
     head += [f"incomplete run: {report_path}: {incomplete}"] if incomplete else []
     print("\n".join([*head, f"export baseline {baseline_path}", *verdict.messages, line]))
     md_path, append = markdown, False
-    step = environ.get("GITHUB_STEP_SUMMARY")
     if step and (md_path is None or os.path.abspath(md_path) == os.path.abspath(step)):
         md_path, append = step, True  # the job page's file is shared by the job's steps: add, never replace
     if md_path:
         # the cases as this gate judged them (a merged gate finds what no shard could: a stale entry, #26)
         judged = {**report, "cases": verdict.cases} if verdict.cases else report
-        write_summary_md(md_path, judged, [*head, *verdict.messages, line], append=append)
+        _written("--markdown" if md_path == markdown else "$GITHUB_STEP_SUMMARY", md_path,
+                 lambda: write_summary_md(md_path, judged, [*head, *verdict.messages, line], append=append))
     return 1 if verdict.failed or partial or incomplete else 0
 
 
@@ -216,6 +238,7 @@ def durations(report_paths: Sequence[str], output: str) -> int:
     """``durations REPORT... -o PATH``: each case's ``duration`` as pytest-split's ``--store-durations`` writes
     it (a JSON object {nodeid: seconds}, sorted, indented by 4), merged into PATH as pytest-split merges: the
     entries of tests that are in no report are kept."""
+    _output("-o", output)
     found: dict[str, float] = {}
     for path in report_paths:
         cases = [c for c in _load(path)["cases"] if isinstance(c.get("duration"), (int, float))]
@@ -237,7 +260,7 @@ def durations(report_paths: Sequence[str], output: str) -> int:
             return 1
     kept = len(set(stored) - set(found))
     merged = {**stored, **found}
-    write_text_atomic(output, json.dumps(merged, sort_keys=True, indent=4) + "\n")
+    _written("-o", output, lambda: write_text_atomic(output, json.dumps(merged, sort_keys=True, indent=4) + "\n"))
     print(f"wrote the durations of {plural(len(found), 'case')} to {output}"
           + (f" (kept {plural(kept, 'other test')} it had)" if kept else ""))
     return 0
@@ -286,13 +309,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "merge":
         # a run's case lines beside its report hold the same cases: `merge shard-*.json*` takes the report where
         # the run wrote one, and the lines of a run killed before it could
+        _output("-o", args.output)
         written = {lines_path(p) for p in args.reports if not p.endswith(".jsonl")}
         paths = [p for p in args.reports if Path(p) not in written]
         reports = [_load(p) for p in paths]
         merged, warnings = merge_reports(reports, paths)
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
-        write_json_atomic(args.output, merged)
+        _written("-o", args.output, lambda: write_json_atomic(args.output, merged))
         for path, report in zip(paths, reports):
             if partial_text(report, path):
                 print(partial_text(report, path))

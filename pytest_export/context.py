@@ -19,6 +19,8 @@ from .compare import Mismatch
 from .declare.case import Case
 from .declare.options import CaseOptions, UsageError
 from .declare.shapes import parse
+from .explain.frames import model_frames
+from .gate.signature import detail_of, line_of
 from .modstate import StateKeeper
 from .observe import Observation, compare_observations, observe
 from .probes.calibration import Calibration
@@ -211,6 +213,29 @@ class Context:
         except Mismatch as exc:
             raise StageFailure(f"the {label} program disagrees with {against}:\n{exc}", kind="mismatch",
                                errors=exc.errors, **exc.worst())
+
+    def failure_detail(self, stage: str, exc: StageFailure, data: dict[str, Any]) -> str | None:
+        """What identifies a stage's failure within its kind (``gate.signature``), in the declaration's names: a
+        named ``Dim`` by its name, any other axis by its label, torch's symbols by the axes they stand for. None
+        where nothing does, or where it cannot be read (the kind alone still matches)."""
+        try:
+            cause = exc.__cause__ or exc.__context__
+            frames = model_frames(cause) if cause is not None else []
+            line = line_of(frames[-1].filename, frames[-1].name, frames[-1].line) if frames else None
+            names: dict[str, str] = {}
+            decl = self.declaration
+            for ax in decl.axes if decl is not None else ():
+                root = decl.roots.get(ax.root)
+                if ax.dim is not None and ax.a == 1 and ax.b == 0:
+                    names[ax.label] = root.name if root is not None and root.kind == "dim" else ax.label
+            for row in self.result.info.get("shapes") or []:
+                achieved = str(row.get("achieved"))
+                if row.get("axis") is not None and achieved.startswith("s") and achieved[1:].isdigit():
+                    label = f"{row['input']}.shape[{row['axis']}]"
+                    names.setdefault(achieved, names.get(label, label))
+            return detail_of(stage, data["signature"], str(exc), data, names, line)
+        except Exception:  # noqa: BLE001 - a detail is extra: it never turns a finding into a crash
+            return None
 
     def read_declaration(self) -> None:
         """The dynamic_shapes model, before export. A declaration that does not fit the case (an axis past the

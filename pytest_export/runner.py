@@ -44,6 +44,9 @@ def _run_stage(ctx: Context, stage: Stage, started: list[float]) -> StageResult:
     except StageFailure as exc:
         data = {k: v for k, v in exc.data.items() if k not in ("status", "message")}
         data["signature"] = exc.kind or data.get("exception") or "failed"
+        detail = ctx.failure_detail(stage.name, exc, data)
+        if detail:  # what identifies this failure within its kind: the baseline compares both (issue #52)
+            data["detail"] = detail
         out = StageResult(stage.name, FAILED, str(exc), data=data)
     except StageSkip as exc:
         out = StageResult(stage.name, SKIPPED, f"skipped: {exc}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 from unittest import mock
 
@@ -187,5 +188,27 @@ def condition_holds(text: str, torch_version: str) -> bool:
     return Version(torch_version.split("+")[0]) in spec
 
 
-__all__ = ["describe_exception", "plural", "finite_int", "text_table", "markdown_table", "comma_list", "environment", "HUGE",
+__all__ = ["output_problem", "describe_exception", "plural", "finite_int", "text_table", "markdown_table", "comma_list", "environment", "HUGE",
            "condition_problem", "condition_holds"]
+
+
+def output_problem(path: str, directory: bool = False) -> str | None:
+    """Why a file (``directory``: a folder of files) cannot be written at ``path``, or None: it is a directory
+    (a file), a file stands where its folder must be, or its folder is not writable, or does not exist and the
+    nearest existing one is not writable, so it cannot be made."""
+    target = Path(path)
+    if directory and target.exists() and not target.is_dir():
+        return f"{target} is a file, not a directory"
+    if not directory and target.is_dir():
+        return f"{target} is a directory"
+    folder = target if directory else target.parent
+    existing = folder
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, so the directory {folder} cannot be made"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        if existing == folder:
+            return f"the directory {folder} is not writable"
+        return f"the directory {folder} does not exist and cannot be made ({existing} is not writable)"
+    return None

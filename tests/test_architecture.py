@@ -34,6 +34,7 @@ LAYERS: list[list[str]] = [
     # plain helpers and torch glue with no package imports; what a probe costs; the model's frames of a failure;
     # the repro script's text
     ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.count", "probes.solver", "declare.blob",
+     "gate.signature",
      "explain.frames", "explain.guardsource", "repro.script", "repro.checks"],
     # what a probe costs, from what was counted: its predicted time and memory, the budget's ledger
     ["probes.cost"],

@@ -11,11 +11,11 @@ Loaded with the plugin in every pytest run: imports no torch and nothing else of
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
+
+from ..util import output_problem
 
 if TYPE_CHECKING:
     from .options import SessionOptions
@@ -288,28 +288,6 @@ def outputs(options: SessionOptions) -> list[tuple[str, str, bool]]:
     if options.repro:
         out.append((BY_NAME["export_repro"].flag, options.repro, True))
     return out
-
-
-def output_problem(path: str, directory: bool = False) -> str | None:
-    """Why a file (``directory``: a folder of files) cannot be written at ``path``, or None: it is a directory
-    (a file), a file stands where its folder must be, or its folder is not writable, or does not exist and the
-    nearest existing one is not writable, so it cannot be made."""
-    target = Path(path)
-    if directory and target.exists() and not target.is_dir():
-        return f"{target} is a file, not a directory"
-    if not directory and target.is_dir():
-        return f"{target} is a directory"
-    folder = target if directory else target.parent
-    existing = folder
-    while not os.path.lexists(existing) and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"{existing} is a file, so the directory {folder} cannot be made"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        if existing == folder:
-            return f"the directory {folder} is not writable"
-        return f"the directory {folder} does not exist and cannot be made ({existing} is not writable)"
-    return None
 
 
 def check_outputs(options: SessionOptions) -> None:

@@ -21,6 +21,7 @@ import re
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable
 
 from ..declare.options import ORDER, UsageError
+from . import signature
 
 if TYPE_CHECKING:
     from .scope import Scope
@@ -131,12 +132,15 @@ def _reason(text: str) -> str:
 
 
 def signature_of(stage: dict[str, Any]) -> str:
-    """What kind of failure a failed stage is, stable across runs: the stage's own ``signature`` (set by the
-    runner), else the exception type it recorded, else the first line of its message with digits as ``#``
-    (sizes, counts and addresses change from run to run; the words do not), cut to 120 characters."""
-    for key in ("signature", "exception"):
-        if isinstance(stage.get(key), str) and stage[key]:
-            return stage[key]
+    """Which failure a failed stage is, stable across runs: the stage's own ``signature`` (its kind, set by the
+    runner) with its ``detail`` (what identifies it within the kind: ``gate.signature``) as ``kind: detail``, else
+    the exception type it recorded, else the first line of its message with digits as ``#`` (sizes, counts and
+    addresses change from run to run; the words do not), cut to 120 characters."""
+    if isinstance(stage.get("signature"), str) and stage["signature"]:
+        detail = stage.get("detail")
+        return signature.compose(stage["signature"], detail if isinstance(detail, str) else None)
+    if isinstance(stage.get("exception"), str) and stage["exception"]:
+        return stage["exception"]
     line = next((ln.strip() for ln in str(stage.get("message") or "").splitlines() if ln.strip()), "")
     return re.sub(r"\d", "#", line)[:SIGNATURE_LIMIT] or str(stage.get("status") or "failed")
 
@@ -165,6 +169,13 @@ def changed_text(old: str, new: str) -> str:
     return f"different failure than the baseline's: was {old}, now {new}"
 
 
+def refresh_text(nodeid: str, stages: dict[str, str]) -> str:
+    """The line that names a baseline entry whose signature is the older kind-only form."""
+    return (f"{nodeid} [{', '.join(sorted(stages))}]: the baseline's signature names only the kind of failure; "
+            "rerun with --export-baseline-update to record the precise one ("
+            + "; ".join(f"{s}: {sig}" for s, sig in sorted(stages.items())) + ")")
+
+
 def judge(case: dict[str, Any], baseline: Baseline) -> dict[str, Any]:
     """One case against the baseline: ``new`` failures (unlisted, or listed with another signature: the text
     says so), ``known`` ones, ``stale`` entries, ``new_non_core`` ops. Values are texts by stage."""
@@ -174,14 +185,20 @@ def judge(case: dict[str, Any], baseline: Baseline) -> dict[str, Any]:
     statuses = {n: s.get("status") for n, s in case.get("stages", {}).items()}
     new: dict[str, str] = {}
     known: dict[str, str] = {}
+    refresh: dict[str, str] = {}
     for stage, entry in now.items():
         listed = expected.get(stage)
         if listed is None:
             new[stage] = entry["reason"]
-        elif listed.get("signature") and listed["signature"] != entry["signature"]:
+            continue
+        same, older = signature.matches(listed["signature"], entry["signature"]) if listed.get("signature") \
+            else (True, False)
+        if not same:
             new[stage] = changed_text(listed["signature"], entry["signature"])
-        else:
-            known[stage] = listed.get("reason", "")
+            continue
+        known[stage] = listed.get("reason", "")
+        if older:
+            refresh[stage] = entry["signature"]
     verdict: dict[str, Any] = {
         "new": new,
         "known": known,
@@ -190,6 +207,9 @@ def judge(case: dict[str, Any], baseline: Baseline) -> dict[str, Any]:
         "stale": {s: e.get("reason", "") for s, e in expected.items()
                   if statuses.get(s) == "passed" or (s == CASE_STAGE and case.get("outcome") != "error")},
         "new_non_core": [op for op in non_core_of(case) if op not in baseline.non_core_ops],
+        # entries that hold the kind alone (written before signatures had details): they match, and an update
+        # writes the precise signature
+        "refresh": refresh,
     }
     return {k: v for k, v in verdict.items() if v}
 
@@ -256,5 +276,5 @@ def updated(baseline: Baseline, cases: Iterable[dict[str, Any]], scope: Scope | 
     return new
 
 
-__all__ = ["Baseline", "load", "judge", "failures_of", "errors_of", "signature_of", "changed_text",
+__all__ = ["Baseline", "load", "judge", "failures_of", "errors_of", "signature_of", "changed_text", "refresh_text",
            "session_stale", "updated", "confirmed", "CASE_STAGE", "BASELINE_VERSION"]

@@ -70,7 +70,12 @@ def judge(result: CaseResult, base: bl.Baseline | None, options: SessionOptions)
                 "but it passes now (rerun with --export-baseline-update)")
         return (WARN if options.baseline_warn_stale else FAIL), text
     if verdict.get("known"):
-        return XFAIL, "known failure in the baseline: " + stages_text(verdict["known"])
+        # what is known, by the signature that makes it the same failure: shown where the diagnosis of a known
+        # failure is skipped (issue #52)
+        now = bl.failures_of(case)
+        sigs = "; ".join(f"{s}: {now[s]['signature']}" for s in sorted(verdict["known"]) if s in now)
+        return XFAIL, "known failure in the baseline: " + stages_text(verdict["known"]) + (
+            f" (signature {sigs})" if sigs else "")
     return (FAIL, result.failure_text()) if result.failed else (PASS, "")
 
 
@@ -181,6 +186,9 @@ def finish(base: bl.Baseline, cases: list[dict[str, Any]], scope: Scope | Sequen
         if parts:
             new.append(line(c, f"{c['nodeid']}: " + "; ".join(parts), "new: "))
     out.messages += new + errors
+    # entries that match by their kind alone: kept, and named, so that an update makes them precise (issue #52)
+    out.messages += [f"refresh: {bl.refresh_text(c['nodeid'], c['baseline']['refresh'])}"
+                     for c in sorted(cases, key=lambda c: c["nodeid"]) if c.get("baseline", {}).get("refresh")]
     verb = "stale (warning)" if options.baseline_warn_stale else "stale: remove it"
     out.messages += [f"{verb}: {m}" for m in stale]
     out.stale_fails = bool(stale) and not options.baseline_warn_stale

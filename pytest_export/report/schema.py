@@ -133,7 +133,8 @@ NUM = Kind("a number", lambda v: (isinstance(v, (int, float)) and not isinstance
 STRS = ListOf(STR)
 
 STAGE = Obj('an object with a "status"', {
-    "status": STR, "message": STR, "duration": NUM, "signature": Nullable(STR), "exception": Nullable(STR),
+    "status": STR, "message": STR, "duration": NUM, "signature": Nullable(STR), "detail": Nullable(STR),
+    "exception": Nullable(STR),
     # the decomp stage's ops (the coverage lines, the conformance table, the baseline's non-core ops)
     "ops_before": STRS, "ops_after": STRS, "non_core": STRS,
 }, required=("status",))
@@ -148,12 +149,23 @@ RANGES = Obj("an object", {
     "guards": Nullable(Obj("an object", {"proved": BOOL, "line": STR})),
 })
 
-VERDICT = Obj("an object", {"new": MapOf(STR), "known": MapOf(STR), "stale": MapOf(STR), "new_non_core": STRS})
+VERDICT = Obj("an object", {"new": MapOf(STR), "known": MapOf(STR), "stale": MapOf(STR), "new_non_core": STRS,
+                            "refresh": MapOf(STR)})
+
+# one declared axis, declared vs achieved (the audit's row; the failure text's table reads every field)
+SIZE = Kind("a string or an integer", lambda v: isinstance(v, (str, int)) and not isinstance(v, bool))
+RANGE = ListOf(Nullable(INT), 2)
+SHAPE_ROW = Obj('an object with "input", "axis", "declared", "declared_range", "achieved", "achieved_range" and '
+                '"status"', {
+                    "input": STR, "axis": Nullable(INT), "declared": STR, "declared_range": RANGE, "achieved": SIZE,
+                    "achieved_range": Nullable(RANGE), "status": STR, "refused_at": Nullable(INT),
+                    "refused_where": STR, "equal_to": STRS, "note": STR,
+                }, required=("input", "axis", "declared", "declared_range", "achieved", "achieved_range", "status"))
 
 CASE = Obj('an object with a "nodeid"', {
     "nodeid": STR, "outcome": STR, "stages": MapOf(STAGE), "error": STR, "tags": STRS, "warnings": STRS,
     "item": STR, "verdict": STR, "duration": Nullable(NUM), "raise_on_failure": BOOL, "baseline": VERDICT,
-    "ranges": Nullable(RANGES), "torch_output": STRS, "repro": STR,
+    "ranges": Nullable(RANGES), "torch_output": STRS, "repro": STR, "shapes": ListOf(SHAPE_ROW),
 }, required=("nodeid",))
 
 
