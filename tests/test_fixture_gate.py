@@ -85,8 +85,8 @@ def test_fixture_known_baseline_failure_xfails(suite):
     r = run(suite, "--export-baseline", baseline(suite, _known()))
     assert r.ret == 0, r.stdout.str()
     r.assert_outcomes(xfailed=2)
-    r.stdout.fnmatch_lines_random([f"XFAIL test_cases.py::{name} - known failure in the baseline: compare (planted)"
-                                   for name in BOTH])
+    r.stdout.fnmatch_lines_random([f"XFAIL test_cases.py::{name} - known failure in the baseline: compare (planted) "
+                                   "(signature compare: mismatch: output*)" for name in BOTH])
 
 
 def test_fixture_new_failure_fails(suite):
@@ -135,7 +135,8 @@ def test_two(export_check):
     r = run(pytester, "--export-baseline", baseline(pytester, {"test_cases.py::test_two#2": {"compare": {"reason": "r"}}}))
     assert r.ret == 0, r.stdout.str()
     r.assert_outcomes(xfailed=1)
-    r.stdout.fnmatch_lines(["XFAIL test_cases.py::test_two - known failure in the baseline: compare (r)"])
+    r.stdout.fnmatch_lines(["XFAIL test_cases.py::test_two - known failure in the baseline: compare (r) (signature "
+                            "compare: mismatch: output*)"])
 
 
 # ---- raise_on_failure=False: the test decides, and every summary and gate says what it decided (#32) ----------------
