@@ -35,6 +35,9 @@ class Var:
     # 0, where ``zero``) are inside the promise and probed as such (issue #18). A bare AUTO/DYNAMIC promises none.
     promised: bool = False
     zero: bool = False  # declared min 0: size 0 is probed as in range (its findings are warnings)
+    # a bare Dim.DYNAMIC: no range promised, but dynamic and independent by declaration, so a relation the program
+    # adds between such axes is a finding (issue #53); a bare AUTO lets export choose
+    dynamic: bool = False
 
 
 @dataclasses.dataclass
@@ -145,6 +148,7 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
     row_axes: list[tuple[int, int | None]] = []
     promised: dict[str, bool] = {}
     zero: dict[str, bool] = {}
+    dynamic: dict[str, bool] = {}
     shapes: dict[int, dict[int | None, Any]] = {}
     for i, key in enumerate(decl.keys):
         v = got.get(key)
@@ -237,6 +241,7 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
             lo, hi = max(lo, prev[0]), (hi if prev[1] is None else prev[1] if hi is None else min(hi, prev[1]))
         promised[key] = promised.get(key, True) and is_promised
         zero[key] = zero.get(key, True) and zero_here
+        dynamic[key] = dynamic.get(key, True) and root.kind == "dynamic"
         ranges[key] = [lo, hi]
         names.setdefault(key, [])
         for n in (root.name,):
@@ -254,7 +259,8 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
             failures.append(f"no size satisfies both the declaration and what export kept for {', '.join(names[s])}")
             continue
         out_vars.append(Var(s, lo, hi, ex if ex is not None and lo <= ex <= hi else lo, names[s], unbounded,
-                            promised=promised.get(s, False), zero=zero.get(s, False)))
+                            promised=promised.get(s, False), zero=zero.get(s, False),
+                            dynamic=dynamic.get(s, False) and not promised.get(s, False)))
     # tie AUTO axes that export unified: the table says so
     by_sym: dict[str, list[str]] = {}
     for row, ax in zip(rows, decl.axes):

@@ -30,7 +30,7 @@ LAYERS: list[list[str]] = [
     SUBPACKAGES,
     # what fused kernels cost beyond the tensors they return (read by probes.cost's tally); the ops it cannot see
     # into and the memory guard; how far each declared dim was checked; option values parsed
-    ["probes.kernels", "probes.opaque", "probes.coverage", "declare.values"],
+    ["probes.kernels", "probes.opaque", "probes.coverage", "declare.values", "probes.closed"],
     # plain helpers and torch glue with no package imports; what a probe costs; the model's frames of a failure;
     # the repro script's text
     ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.count", "probes.solver", "declare.blob",

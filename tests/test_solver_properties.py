@@ -11,7 +11,8 @@ import sympy
 from hypothesis import given, settings, strategies as st
 from torch.utils._sympy.functions import FloorDiv, Mod as TorchMod, PythonMod
 
-from pytest_export.probes.solver import Guard, decide, refused_points, solve
+from pytest_export.probes.narrow import refused_points
+from pytest_export.probes.solver import Guard, decide, solve
 
 SYMS = [sympy.Symbol(f"s{i}", integer=True, positive=True) for i in range(3)]
 OUTSIDE = sympy.Symbol("u0", integer=True)  # in no box (unbacked, data-dependent); signless, so sympy decides nothing
@@ -142,7 +143,11 @@ def test_decide_and_solve_agree_with_brute_force(problem):
         assert d.refused == len(bad), expr
         assert d.examples == bad[:8]  # the first refused points, row-major
 
-        if own:  # a limit below the box's size: sampled, never exact, never more refusals than there are
+        if len(own) == 1:  # one symbol: decided exactly whatever the limit (a closed form, or every size: #53)
+            limit = data.draw(st.integers(0, len(pts) - 1), label="limit")
+            s = decide(Guard(expr), box, limit=limit)
+            assert s.exact and s.total == len(pts) and s.refused == len(bad) and s.examples == bad[:8], expr
+        elif own:  # a limit below the box's size: sampled, never exact, never more refusals than there are
             limit = data.draw(st.integers(0, len(pts) - 1), label="limit")
             s = decide(Guard(expr), box, limit=limit)
             assert not s.exact and s.total == len(pts)
@@ -266,3 +271,70 @@ def test_a_constant_divisor_beyond_int64_is_not_cast_to_int64(expr):
     _, pts, refused = brute(expr, box)
     d = decide(Guard(expr), box)
     assert (d.refused, d.examples) == (sum(refused), [p for p, r in zip(pts, refused) if r])
+
+
+# ---- one symbol over any range: unbounded and huge (issue #53) ----------------------------------------------------
+
+S = SYMS[0]
+
+
+@st.composite
+def one_symbol_guards(draw):
+    """A one-symbol guard as torch writes them: a relation between terms of ``s0`` and constants (``Eq``/``Ne`` on a
+    size, an inequality, a ``Mod`` or floor division by a constant, a product), combined by And/Or."""
+    const = st.sampled_from([2, 3, 4, 8, 37, 100, 333, 1000, 4096]).map(sympy.Integer)
+
+    def term():
+        kind = draw(st.sampled_from(["s", "lin", "mod", "floordiv", "square", "nested"]))
+        c = draw(const)
+        if kind == "s":
+            return S
+        if kind == "lin":
+            return draw(st.sampled_from([1, 2, 3, 384])) * S + draw(st.integers(-5, 5))
+        if kind == "mod":
+            return PythonMod(draw(st.sampled_from([1, 2, 3])) * S + draw(st.integers(0, 3)), draw(st.sampled_from([2, 3, 4, 8])))
+        if kind == "floordiv":
+            return FloorDiv(S, draw(st.sampled_from([2, 4, 16])))
+        if kind == "square":
+            return S * S - c
+        return PythonMod(FloorDiv(S, 2), draw(st.sampled_from([2, 3])))
+
+    def relation():
+        return draw(st.sampled_from(RELATIONS))(term(), draw(const) if draw(st.booleans()) else draw(st.integers(0, 7)))
+
+    first = relation()
+    how = draw(st.sampled_from(["one", "and", "or"]))
+    return first if how == "one" else (sympy.And if how == "and" else sympy.Or)(first, relation())
+
+
+def constants(expr) -> list[int]:
+    return [abs(int(a)) for a in sympy.preorder_traversal(expr) if getattr(a, "is_Integer", False)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(expr=one_symbol_guards(), lo=st.integers(0, 40), hi=st.sampled_from([None, 1 << 23, 5000]))
+def test_one_symbol_guards_over_unbounded_and_huge_ranges_agree_with_brute_force(expr, lo, hi):
+    """Decided exactly over ``[lo, hi]`` (no max, or 8M sizes), whatever the range: the refused sizes the solver names
+    are, on a window past every constant of the guard, what brute force finds; and the count beyond the window
+    follows the guard's period."""
+    if expr is sympy.true or expr is sympy.false or not expr.free_symbols:
+        return
+    d = decide(Guard(expr), {"s0": (lo, hi)}, limit=0)
+    assert d.exact, expr
+    # the oracle: plain Python integers, one size at a time, on a window past every constant times every divisor
+    # (torch's floor division and modulo are Python's)
+    fast = sympy.lambdify(S, expr, modules=[{"FloorDiv": lambda a, b: a // b, "PythonMod": lambda a, b: a % b}])
+    big = max(constants(expr) + [1])
+    period = 3 * 16
+    end = lo + 16 * 4 * (big + 8) + 4 * period
+    if hi is not None:
+        end = min(end, hi)
+    refused = [v for v in range(lo, end + 1) if not fast(v)]
+    assert [p[0] for p in d.examples] == [v for v in refused][:len(d.examples)], expr
+    assert len(d.examples) == min(8, len(refused)) or (d.refused == math.inf or d.refused > len(refused)), expr
+    if d.refused != math.inf and hi is not None:
+        assert d.refused >= len(refused)
+    if refused and refused[-1] > end - 2 * period and hi is None:  # refused all the way out: infinitely many
+        assert d.refused == math.inf, expr
+    if d.refused != math.inf and hi is None:  # finitely many: all of them lie in the window
+        assert d.refused == len(refused), expr

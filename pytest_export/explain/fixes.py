@@ -23,7 +23,7 @@ from ..declare.case import input_names
 from ..declare.shapes import parse
 from ..observe import clone_inputs, preserved_python_state
 from ..probes.choose import ACCEPTED, UNCHECKED, run_eager, run_program, sized, spread
-from ..probes.narrow import bad_values, narrowings
+from ..probes.narrow import bad_values, narrowings, refused_count
 from ..probes.proof import prove
 from ..torchlog import quiet_trace_logs
 from ..util import describe_exception
@@ -117,6 +117,12 @@ def proved_fixes(proof: Any, model: FuzzModel) -> tuple[list[Fix], list[str]]:
         if len(v.names) != 1:
             return [], [f"{'/'.join(v.names)} are one dim in the program: declare one Dim for them"]
         name = _name(v.names[0])
+        if n.hi is None:  # a dim without a max keeps none (issue #53)
+            fixes.append(Fix(v.names, f"{name} = Dim('{name}', min={n.lo})", lambda name=name, a=n.lo: Dim(name, min=a)))
+            notes.append(f"(this fix keeps {'/'.join(v.names)} to [{n.lo}, inf): it gives up the {n.lo - v.lo} "
+                         f"declared sizes below {n.lo}, {refused_count(proof, n.symbol)}; of the narrowings of one "
+                         "dim, it gives up the fewest)")
+            continue
         if n.step == 1:
             fixes.append(Fix(v.names, f"{name} = Dim('{name}', min={n.lo}, max={n.hi})",
                              lambda name=name, a=n.lo, b=n.hi: Dim(name, min=a, max=b)))
@@ -128,6 +134,11 @@ def proved_fixes(proof: Any, model: FuzzModel) -> tuple[list[Fix], list[str]]:
                              lambda name=name, m=n.step, r=n.offset, a=k_lo, b=k_hi:
                              m * Dim(f"_{name}", min=a, max=b) + r if r else m * Dim(f"_{name}", min=a, max=b)))
             kept = f"the {n.kept} sizes {form} in [{n.lo}, {n.hi}]"
+        if v.unbounded:
+            notes.append(f"(this fix keeps {'/'.join(v.names)} to {kept}: it gives up every size above {n.hi} of its "
+                         f"declared range, which has no max, {refused_count(proof, n.symbol)}; of the narrowings of "
+                         "one dim, it gives up the fewest)")
+            continue
         total = v.hi - v.lo + 1
         bad = bad_values(proof.solution, n.symbol)
         refused = int(bad.sum()) if bad is not None else "some"

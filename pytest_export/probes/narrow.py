@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .solver import ENUMERATE_LIMIT, ONE_SYMBOL_LIMIT
+
+if TYPE_CHECKING:
+    from .solver import Solution
+
 
 @dataclasses.dataclass
 class Narrowing:
@@ -18,7 +24,7 @@ class Narrowing:
 
     symbol: str
     lo: int
-    hi: int
+    hi: int | None  # None: no max (a dim declared without one, whose refusals all lie below ``lo``)
     step: int = 1
     offset: int = 0
     kept: int = 0  # sizes of this dim it keeps
@@ -38,11 +44,24 @@ def narrowings(proof: Any, model: Any) -> tuple[list[Narrowing], str]:
     box = dict(proof.solution.box)
     examples = model.example_values()
     guards = [d.guard for d in proof.solution.decided]
+    ends = _windows(proof, model)
+    if ends is None:
+        if any(len(d.symbols) > 1 for d in proof.solution.refusing):
+            return [], ("no Dim excludes a relation between dims: where the model needs it, tie them in the "
+                        "declaration (one shared Dim, or a derived Dim such as b = a - 1); else make the model accept "
+                        "every combination (each axis is independent by declaration)")
+        return [], "a guard over a dim without a max could only be sampled"
+    box.update({s: (box[s][0], end) for s, end in ends.items()})
     chosen: dict[str, Narrowing] = {}
     for _ in range(len(box) + 1):
         sol = solve(guards, box)
         if not sol.refusing:
-            return list(chosen.values()), ""
+            out = list(chosen.values())
+            for n in out:  # a narrowing that reaches past every refusal of a dim without a max keeps it unbounded
+                if n.symbol in ends and n.hi >= ends[n.symbol] - n.step + 1 and not any(
+                        d.refused == math.inf for d in proof.solution.decided if n.symbol in d.symbols):
+                    n.hi = None
+            return out, ""
         if sol.sampled or sol.undecided:
             return [], "the program's guards could not all be decided over the declared sizes"
         best: Narrowing | None = None
@@ -68,6 +87,25 @@ def narrowings(proof: Any, model: Any) -> tuple[list[Narrowing], str]:
     return [], "no narrowing of one dim at a time removes every refused size"
 
 
+def _windows(proof: Any, model: Any) -> dict[str, int] | None:
+    """For each dim without a max, a finite end past which each of its guards repeats with its period (a one-symbol
+    closed form) and no refused size of the others' lies: narrowings are chosen in it. None where a guard on such a
+    dim was only sampled."""
+    sol = proof.solution
+    caps = {v.symbol: v.hi for v in model.vars}
+    out: dict[str, int] = {}
+    for sym, (lo, hi) in sol.box.items():
+        if hi is not None:
+            continue
+        mine = [d for d in sol.decided if sym in d.symbols]
+        if any(not d.exact for d in mine):
+            return None
+        ends = [lo + 1, caps.get(sym, lo), *(d.tail[0] + d.tail[1] for d in mine if d.tail)]
+        ends += [p[d.symbols.index(sym)] + 1 for d in mine for p in d.examples]
+        out[sym] = max(ends)
+    return out
+
+
 def _stepped(guard: Any, sym: Any, step: int, offset: int) -> Any:
     from .solver import Guard
 
@@ -78,14 +116,14 @@ def bad_values(sol: Any, sym: str) -> Any:
     """Per size of ``sym`` in the box: whether some guard refuses it at some sizes of the others."""
     import numpy as np
 
-    from .solver import refused_points
-
     lo, hi = sol.box[sym]
     bad = np.zeros(hi - lo + 1, dtype=bool)
     for d in sol.refusing:
         if sym not in d.symbols:
             continue
-        mask = refused_points(type(sol)([d], [], sol.box), d.symbols)
+        # one dim's sizes are held whole as far as a one-symbol guard is decided (a range of millions, #53)
+        mask = refused_points(type(sol)([d], [], sol.box), d.symbols,
+                              limit=ONE_SYMBOL_LIMIT if len(d.symbols) == 1 else ENUMERATE_LIMIT)
         if mask is None:
             return None
         shape = [sol.box[s][1] - sol.box[s][0] + 1 for s in d.symbols]
@@ -115,4 +153,45 @@ def _candidates(sym: str, lo: int, hi: int, bad: Any, example: int) -> list[Narr
 
 
 
-__all__ = ["Narrowing", "narrowings", "bad_values", "MAX_STEP"]
+def refused_count(proof: Any, symbol: str) -> str:
+    """``though the program refuses 1 of them`` for a dim without a max, from the guards on it alone."""
+    alone = [d for d in proof.solution.decided if d.symbols == [symbol] and d.refused]
+    if not alone:
+        return "though the program refuses sizes of it only together with the others'"
+    n = sum(d.refused for d in alone)
+    return "though the program refuses " + ("infinitely many of them" if n == math.inf else
+                                             f"{int(n)} size{'s' * (n != 1)} of it")
+
+
+def refused_points(solution: Solution, symbols: Sequence[str], limit: int = ENUMERATE_LIMIT) -> Any:
+    """A boolean NumPy array over the sub-box of ``symbols`` (row-major): True where some guard that reads only
+    those symbols refuses. None where that sub-box is too large to hold."""
+    import numpy as np
+
+    from .solver import Unsupported, magnitude, grid, holds_at, evaluate
+
+    ranges = [solution.box[s] for s in symbols]
+    if any(hi is None for _, hi in ranges):
+        return None
+    total = math.prod(hi - lo + 1 for lo, hi in ranges)
+    if total > limit:
+        return None
+    wide = any(magnitude(d.guard.expr, {s: solution.box[str(s)] for s in d.guard.expr.free_symbols
+                                     if str(s) in solution.box}) >= 1 << 62 for d in solution.refusing)
+    cols = grid(ranges, 0, total, object if wide else np.int64)
+    env = {s: c for s, c in zip(symbols, cols)}
+    refused = np.zeros(total, dtype=bool)
+    for d in solution.decided:
+        if not d.refused or not set(d.symbols) <= set(symbols):
+            continue
+        syms = {str(s): s for s in d.guard.expr.free_symbols}
+        try:
+            ok = evaluate(d.guard.expr, {syms[n]: env[n] for n in d.symbols})
+        except Unsupported:
+            ok = np.array([holds_at(d.guard.expr, {n: int(env[n][i]) for n in d.symbols}) is not False
+                           for i in range(total)])
+        refused |= ~np.broadcast_to(np.asarray(ok, dtype=bool), (total,))
+    return refused
+
+
+__all__ = ["Narrowing", "narrowings", "bad_values", "refused_count", "refused_points", "MAX_STEP"]

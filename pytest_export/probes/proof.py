@@ -14,6 +14,7 @@ No pytest; torch only through the program's own records.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from ..explain.guardsource import record_of, substituted
@@ -58,7 +59,7 @@ class Proof:
         """``refused where h*w == 64: 3 of 841 sizes of (h, w): (4, 16), (8, 8), (16, 4)`` and where it came from."""
         dims = [self.names.get(s, s) for s in d.symbols]
         of = dims[0] if len(dims) == 1 else "(" + ", ".join(dims) + ")"
-        count = f"{d.refused} of {d.total} sizes" if d.exact else f"at least {d.refused} of {d.total} sizes ({d.how})"
+        count = d.count_text if d.exact else f"at least {d.count_text} ({self.how(d)})"
         shown = ", ".join(_point_text(p) for p in d.examples[:limit]) + (", ..." if d.refused > limit else "")
         text = f"refused where {d.guard.text}: {count} of {of}: {shown}"
         if len(dims) > 1:
@@ -67,6 +68,13 @@ class Proof:
             text += f" (and {more} more guard{'s' * (more != 1)} of that line, refusing the same sizes)"
         if d.guard.source:
             text += f"; the guard was added at {d.guard.source}"
+        return text
+
+    def how(self, d: Decided) -> str:
+        """How ``d`` was decided, its dims in the declaration's names."""
+        text = d.how
+        for sym in sorted(d.to or {}, key=len, reverse=True):
+            text = text.replace(f"{sym}=", f"{self.names.get(sym, sym)}=")
         return text
 
     def grouped(self) -> list[tuple[Decided, int]]:
@@ -81,16 +89,27 @@ class Proof:
         sol = self.solution
         n = len(sol.decided)
         guards = f"{n} guard{'s' * (n != 1)}" if n else "no guards recorded"
+        if not sol.box:  # only bare Dim.AUTO axes: nothing promised to prove over (issue #53)
+            return ("guards: no declared range to prove over (bare Dim.AUTO lets export choose)" + self._limits_text()
+                    if self.limits else "guards: no declared range to prove over, and no guards recorded")
         if sol.proved:
-            return f"guards: proved over all {sol.size} declared sizes ({guards})"
+            every = f"all {sol.size_text}" if sol.size is not None else f"every one of the {sol.size_text}"
+            return f"guards: proved over {every} ({guards})" + self._limits_text()
         parts = []
         if sol.refusing:
             parts.append(f"{sum(1 for _ in sol.refusing)} of {guards} refuse declared sizes")
         if sol.sampled:
-            parts.append("sampled: " + "; ".join(f"`{d.guard.ok}` ({d.how})" for d in sol.sampled[:3]))
+            parts.append("sampled: " + "; ".join(f"`{d.guard.ok}` ({self.how(d)})" for d in sol.sampled[:3]))
         if sol.undecided:
             parts.append("not decided: " + "; ".join(f"`{g.ok}` ({why})" for g, why in sol.undecided[:3]))
-        return f"guards over the {sol.size} declared sizes: " + "; ".join(parts)
+        return f"guards over the {sol.size_text}: " + "; ".join(parts) + self._limits_text()
+
+    def _limits_text(self) -> str:
+        """What a bare ``Dim.AUTO`` let export choose: the relations its program accepts only within (issue #53)."""
+        if not self.limits:
+            return ""
+        shown = "; ".join(f"`{g.ok}`" for g in self.limits[:3]) + (" ..." if len(self.limits) > 3 else "")
+        return f"; the program accepts only where {shown} (bare Dim.AUTO: export's choice, not decided)"
 
     def to_dict(self) -> dict[str, Any]:
         sol = self.solution
@@ -98,9 +117,9 @@ class Proof:
             "proved": sol.proved, "sizes": sol.size, "guards": len(sol.decided),
             "box": {self.names.get(s, s): list(r) for s, r in sol.box.items()},
             "refused": [{"where": d.guard.text, "dims": [self.names.get(s, s) for s in d.symbols],
-                         "count": d.refused, "of": d.total, "exact": d.exact,
+                         "count": None if d.refused == math.inf else int(d.refused), "of": d.total, "exact": d.exact,
                          "examples": [list(p) for p in d.examples], "source": d.guard.source} for d in sol.refusing],
-            "sampled": [{"guard": d.guard.ok, "how": d.how} for d in sol.sampled],
+            "sampled": [{"guard": d.guard.ok, "how": self.how(d)} for d in sol.sampled],
             "undecided": [{"guard": g.ok, "why": why} for g, why in sol.undecided],
             "limits": [g.ok for g in self.limits],
             "line": self.line(),
@@ -162,7 +181,9 @@ def _prove(ep: Any, model: Any) -> Proof | None:
     names = {v.symbol: "/".join(v.names) for v in model.vars}
     shown = {model.symbols[v.symbol]: sympy.Symbol(v.names[0] if v.names else v.symbol, integer=True)
              for v in model.vars}
-    promised = {v.symbol for v in model.vars if v.promised}
+    # a promised range, and a bare Dim.DYNAMIC (dynamic and independent by declaration: a relation between such
+    # axes is a finding); a guard on a bare AUTO limits what is drawn: export's choice, shown, not decided (#53)
+    promised = {v.symbol for v in model.vars if v.promised or v.dynamic}
     guards, limits = [], []
     for g in rec_guards:
         g = _guard(g.expr, shown, g.source)
@@ -177,11 +198,13 @@ def _prove(ep: Any, model: Any) -> Proof | None:
         if v.promised and vr is not None:
             lo, hi = finite_int(vr.lower), finite_int(vr.upper)
             kept = [sym >= lo] if lo is not None and lo > max(v.lo, 2) else []
-            kept += [sym <= hi] if hi is not None and hi < v.hi else []
+            kept += [sym <= hi] if hi is not None and (v.unbounded or hi < v.hi) else []
             if kept:
                 guards.append(_guard(sympy.And(*kept) if len(kept) > 1 else kept[0], shown, RANGE_SOURCE))
-    box = {v.symbol: (v.lo, v.hi) for v in model.vars if v.promised}
-    sol = solve(guards, box)
+    # the declared box: a dim without a max is decided over its whole range (``v.hi`` is only how far it is drawn)
+    decided = [v for v in model.vars if v.symbol in promised]
+    box = {v.symbol: (v.lo, None if v.unbounded else v.hi) for v in decided}
+    sol = solve(guards, box, caps={v.symbol: v.hi for v in decided if v.unbounded})
     return Proof(sol, names, limits)
 
 
@@ -223,14 +246,12 @@ def prove_program(ep: Any, box: dict[str, tuple[int, int]] | None = None) -> Pro
             for name, sym in syms.items():
                 vr = ep.range_constraints.get(sym)
                 lo, hi = (finite_int(vr.lower), finite_int(vr.upper)) if vr is not None else (None, None)
-                if hi is None:
-                    return None  # an unbounded range has no whole box to decide over
-                box[name] = (max(lo or 0, 0), hi)
+                box[name] = (max(lo or 0, 0), hi)  # hi None: decided over the whole unbounded range
         labels = _labels(ep, syms)
         guards = program_guards(ep, syms, {s: sympy.Symbol(labels[n], integer=True) for n, s in syms.items()})
         if guards is None:
             return None
-        sol = solve(guards, box)
+        sol = solve(guards, box, caps={n: max(lo, 64) for n, (lo, hi) in box.items() if hi is None})
         return Proof(sol, labels)
     except Exception:  # noqa: BLE001 - torch-internal records
         return None

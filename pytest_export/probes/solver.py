@@ -19,6 +19,7 @@ import random
 from typing import Any, Iterable, Sequence
 
 ENUMERATE_LIMIT = 1 << 22  # points of one guard's own box that are enumerated whole (exact)
+ONE_SYMBOL_LIMIT = 1 << 24  # sizes of a one-symbol guard enumerated whole where it has no closed form
 CHUNK = 1 << 18  # points evaluated at once
 SAMPLES = 1 << 14  # points of a larger box that are evaluated (sampled, not proved)
 EXAMPLES = 8  # refused points kept per guard, the smallest first
@@ -44,15 +45,32 @@ class Decided:
 
     guard: Guard
     symbols: list[str]  # the box's symbols it reads, in the box's order
-    total: int  # points of its own dims
-    refused: int  # of them, refused (a lower bound where sampled)
+    total: int | None  # points of its own dims (None: a dim without a max)
+    refused: int | float  # of them, refused (a lower bound where sampled; math.inf: infinitely many)
     examples: list[tuple[int, ...]]  # refused points, in ``symbols``' order
-    exact: bool  # every point evaluated
+    exact: bool  # every point decided
     checked: int  # points evaluated
+    to: dict[str, int] | None = None  # where sampled over a dim without a max: how far each such dim was drawn
+    tail: tuple[int, int] | None = None  # a one-symbol closed form: (start, period) of its periodic tail
 
     @property
     def how(self) -> str:
-        return "every size" if self.exact else f"sampled {self.checked} of {self.total} sizes"
+        if self.exact:
+            return "every size"
+        if self.to:
+            return (f"sampled to {', '.join(f'{n}={v}' for n, v in self.to.items())} (of an unbounded range), "
+                    "not proved")
+        return f"sampled {self.checked} of {self.total} sizes"
+
+    @property
+    def count_text(self) -> str:
+        """``3 of 841 sizes``, ``1 size of an unbounded range``, ``infinitely many sizes``."""
+        if self.refused == math.inf:
+            return "infinitely many sizes (of an unbounded range)"
+        n = int(self.refused)
+        if self.total is None:
+            return f"{n} size{'s' * (n != 1)} of an unbounded range"
+        return f"{n} of {self.total} sizes"
 
 
 @dataclasses.dataclass
@@ -64,8 +82,16 @@ class Solution:
     box: dict[str, tuple[int, int]]
 
     @property
-    def size(self) -> int:
+    def size(self) -> int | None:
+        """Points of the box; None where a dim has no max."""
+        if any(hi is None for _, hi in self.box.values()):
+            return None
         return math.prod(hi - lo + 1 for lo, hi in self.box.values()) if self.box else 1
+
+    @property
+    def size_text(self) -> str:
+        """``841 declared sizes``, or ``declared sizes (an unbounded range)``."""
+        return "declared sizes (an unbounded range)" if self.size is None else f"{self.size} declared sizes"
 
     @property
     def refusing(self) -> list[Decided]:
@@ -81,7 +107,7 @@ class Solution:
 
     def accepts(self, point: dict[str, int]) -> bool:
         """Whether every decided guard holds at ``point`` (symbol -> size)."""
-        return all(_holds_at(d.guard.expr, point) is not False for d in self.decided)
+        return all(holds_at(d.guard.expr, point) is not False for d in self.decided)
 
 
 def _is(e: Any, *names: str) -> bool:
@@ -186,14 +212,14 @@ _BINARY = {"Equality": "equal", "Unequality": "not_equal", "LessThan": "less_equ
            "GreaterThan": "greater_equal", "StrictGreaterThan": "greater"}
 
 
-def _bound(e: Any, box: dict[Any, tuple[int, int]]) -> int:
+def magnitude(e: Any, box: dict[Any, tuple[int, int]]) -> int:
     """An upper bound of ``|e|`` over the box (of every subterm too): whether int64 can hold the evaluation."""
     if e in box:
         lo, hi = box[e]
         return max(abs(lo), abs(hi))
     if getattr(e, "is_Integer", False):
         return abs(int(e))
-    args = [_bound(a, box) for a in getattr(e, "args", ())]
+    args = [magnitude(a, box) for a in getattr(e, "args", ())]
     if not args:
         return 1
     if getattr(e, "is_Mul", False):
@@ -203,7 +229,7 @@ def _bound(e: Any, box: dict[Any, tuple[int, int]]) -> int:
     return sum(args) + max(args)
 
 
-def _holds_at(expr: Any, point: dict[str, int]) -> bool | None:
+def holds_at(expr: Any, point: dict[str, int]) -> bool | None:
     import sympy
 
     subs = {s: sympy.Integer(point[str(s)]) for s in expr.free_symbols if str(s) in point}
@@ -216,7 +242,7 @@ def _holds_at(expr: Any, point: dict[str, int]) -> bool | None:
         return False
 
 
-def _grid(ranges: Sequence[tuple[int, int]], start: int, stop: int, dtype: Any) -> list[Any]:
+def grid(ranges: Sequence[tuple[int, int]], start: int, stop: int, dtype: Any) -> list[Any]:
     """The points ``start..stop-1`` of the box's row-major order, one array per dim."""
     np = _np()
     idx = np.arange(start, stop, dtype=np.int64)
@@ -246,10 +272,41 @@ def _samples(ranges: Sequence[tuple[int, int]], count: int, seed: int) -> list[t
     return points
 
 
-def decide(guard: Guard, box: dict[str, tuple[int, int]], *, limit: int = ENUMERATE_LIMIT, seed: int = 0) -> Decided:
-    """``guard`` over its own dims of ``box`` (symbol name -> (lo, hi)). Raises ``Unsupported`` for a form with no
-    vectorized rule, ``KeyError`` for a symbol outside the box."""
+def _enumerate(guard: Guard, syms: list[Any], ranges: Sequence[tuple[int, int]], total: int,
+               examples: list[tuple[int, ...]], keep: int = EXAMPLES) -> int:
+    """Every point of the (finite) box, a chunk at a time: how many the guard refuses (the first ``keep`` into
+    ``examples``)."""
     import numpy as np
+
+    dtype = object if magnitude(guard.expr, {s: r for s, r in zip(syms, ranges)}) >= 1 << 62 else np.int64
+    refused = 0
+    for start in range(0, total, CHUNK):
+        cols = grid(ranges, start, min(start + CHUNK, total), dtype)
+        ok = np.broadcast_to(np.asarray(evaluate(guard.expr, dict(zip(syms, cols))), dtype=bool), cols[0].shape)
+        bad = np.flatnonzero(~ok)
+        refused += int(bad.size)
+        for i in bad[: max(0, keep - len(examples))]:
+            examples.append(tuple(int(c[i]) for c in cols))
+    return refused
+
+
+def _refused_in(guard: Guard, sym: Any) -> Any:
+    """``(a, b, keep) -> (how many sizes of [a, b] the one-symbol guard refuses, the first keep of them)``."""
+    def count(a: int, b: int, keep: int) -> tuple[int, list[int]]:
+        found: list[tuple[int, ...]] = []
+        n = _enumerate(guard, [sym], [(a, b)], b - a + 1, found, keep) if b >= a else 0
+        return n, [p[0] for p in found]
+    return count
+
+
+def decide(guard: Guard, box: dict[str, tuple[int, int | None]], *, limit: int = ENUMERATE_LIMIT, seed: int = 0,
+           caps: dict[str, int] | None = None) -> Decided:
+    """``guard`` over its own dims of ``box`` (symbol name -> (lo, hi); hi None: no max, ``caps`` says how far such a
+    dim is sampled where no closed form decides it). Raises ``Unsupported`` for a form with no vectorized rule,
+    ``KeyError`` for a symbol outside the box."""
+    import numpy as np
+
+    from .closed import NoClosedForm, decide_one
 
     by_name = {str(s): s for s in guard.expr.free_symbols}
     names = [n for n in box if n in by_name]
@@ -258,28 +315,32 @@ def decide(guard: Guard, box: dict[str, tuple[int, int]], *, limit: int = ENUMER
         raise KeyError(", ".join(missing))
     syms = [by_name[n] for n in names]
     ranges = [box[n] for n in names]
-    total = math.prod(hi - lo + 1 for lo, hi in ranges) if ranges else 1
-    wide = _bound(guard.expr, {s: r for s, r in zip(syms, ranges)}) >= 1 << 62
-    dtype = object if wide else np.int64
+    unbounded = [n for n, (_, hi) in zip(names, ranges) if hi is None]
+    total = None if unbounded else (math.prod(hi - lo + 1 for lo, hi in ranges) if ranges else 1)
     examples: list[tuple[int, ...]] = []
-    refused = 0
     if not syms:  # a guard on no varied symbol: it holds everywhere or nowhere
-        holds = _holds_at(guard.expr, {}) is not False
+        holds = holds_at(guard.expr, {}) is not False
         return Decided(guard, [], 1, 0 if holds else 1, [] if holds else [()], True, 1)
-    if total <= limit:
-        for start in range(0, total, CHUNK):
-            cols = _grid(ranges, start, min(start + CHUNK, total), dtype)
-            ok = np.broadcast_to(np.asarray(evaluate(guard.expr, dict(zip(syms, cols))), dtype=bool), cols[0].shape)
-            bad = np.flatnonzero(~ok)
-            refused += int(bad.size)
-            for i in bad[: max(0, EXAMPLES - len(examples))]:
-                examples.append(tuple(int(c[i]) for c in cols))
+    if total is not None and total <= limit:
+        refused = _enumerate(guard, syms, ranges, total, examples)
         return Decided(guard, names, total, refused, examples, True, total)
-    points = _samples(ranges, SAMPLES, seed)
-    cols = [np.array([p[i] for p in points], dtype=dtype) for i in range(len(syms))]
+    if len(syms) == 1:  # one symbol: decided exactly over any range (issue #53)
+        try:
+            refused, found, tail = decide_one(guard.expr, syms[0], *ranges[0], _refused_in(guard, syms[0]), EXAMPLES)
+            return Decided(guard, names, total, refused, [(v,) for v in found], True, tail[0] + tail[1], tail=tail)
+        except NoClosedForm:
+            if total is not None and total <= ONE_SYMBOL_LIMIT:
+                refused = _enumerate(guard, syms, ranges, total, examples)
+                return Decided(guard, names, total, refused, examples, True, total)
+    capped = [(lo, hi if hi is not None else max(lo, (caps or {}).get(n, lo + SAMPLES)))
+              for n, (lo, hi) in zip(names, ranges)]
+    wide = magnitude(guard.expr, {s: r for s, r in zip(syms, capped)}) >= 1 << 62
+    points = _samples(capped, SAMPLES, seed)
+    cols = [np.array([p[i] for p in points], dtype=object if wide else np.int64) for i in range(len(syms))]
     ok = np.broadcast_to(np.asarray(evaluate(guard.expr, dict(zip(syms, cols))), dtype=bool), cols[0].shape)
     bad = sorted({points[i] for i in np.flatnonzero(~ok)})
-    return Decided(guard, names, total, len(bad), bad[:EXAMPLES], False, len(points))
+    to = {n: capped[names.index(n)][1] for n in unbounded} or None
+    return Decided(guard, names, total, len(bad), bad[:EXAMPLES], False, len(points), to=to)
 
 
 def _decide_slowly(guard: Guard, box: dict[str, tuple[int, int]], limit: int) -> Decided:
@@ -293,7 +354,7 @@ def _decide_slowly(guard: Guard, box: dict[str, tuple[int, int]], limit: int) ->
     refused, examples, checked = 0, [], 0
     for p in points:
         checked += 1
-        if _holds_at(guard.expr, dict(zip(names, p))) is False:
+        if holds_at(guard.expr, dict(zip(names, p))) is False:
             refused += 1
             if len(examples) < EXAMPLES:
                 examples.append(tuple(p))
@@ -303,9 +364,12 @@ def _decide_slowly(guard: Guard, box: dict[str, tuple[int, int]], limit: int) ->
 SLOW_LIMIT = 4096  # points a form with no vectorized rule is evaluated at by sympy, one by one
 
 
-def solve(guards: Sequence[Guard], box: dict[str, tuple[int, int]], *, limit: int = ENUMERATE_LIMIT) -> Solution:
-    """Every guard over ``box``: each decided on its own dims (exact where they can be enumerated), or recorded as
-    undecided with the reason (a symbol the box does not vary: unbacked, data-dependent)."""
+def solve(guards: Sequence[Guard], box: dict[str, tuple[int, int | None]], *, limit: int = ENUMERATE_LIMIT,
+          caps: dict[str, int] | None = None) -> Solution:
+    """Every guard over ``box``: each decided on its own dims (exact where they can be enumerated, and a one-symbol
+    guard over any range, one without a max included), or recorded as undecided with the reason (a symbol the box
+    does not vary: unbacked, data-dependent). ``caps``: how far a dim without a max is sampled where a guard on
+    several dims cannot be decided whole."""
     import sympy
 
     decided: list[Decided] = []
@@ -316,7 +380,7 @@ def solve(guards: Sequence[Guard], box: dict[str, tuple[int, int]], *, limit: in
             continue
         seen.add(g.expr)
         try:
-            decided.append(decide(g, box, limit=limit))
+            decided.append(decide(g, box, limit=limit, caps=caps))
         except KeyError as exc:
             undecided.append((g, f"it reads {exc.args[0]}, which the declaration does not vary"))
         except Unsupported:
@@ -324,32 +388,5 @@ def solve(guards: Sequence[Guard], box: dict[str, tuple[int, int]], *, limit: in
     return Solution(decided, undecided, dict(box))
 
 
-def refused_points(solution: Solution, symbols: Sequence[str], limit: int = ENUMERATE_LIMIT) -> Any:
-    """A boolean NumPy array over the sub-box of ``symbols`` (row-major): True where some guard that reads only
-    those symbols refuses. None where that sub-box is too large to hold."""
-    import numpy as np
-
-    ranges = [solution.box[s] for s in symbols]
-    total = math.prod(hi - lo + 1 for lo, hi in ranges)
-    if total > limit:
-        return None
-    wide = any(_bound(d.guard.expr, {s: solution.box[str(s)] for s in d.guard.expr.free_symbols
-                                     if str(s) in solution.box}) >= 1 << 62 for d in solution.refusing)
-    cols = _grid(ranges, 0, total, object if wide else np.int64)
-    env = {s: c for s, c in zip(symbols, cols)}
-    refused = np.zeros(total, dtype=bool)
-    for d in solution.decided:
-        if not d.refused or not set(d.symbols) <= set(symbols):
-            continue
-        syms = {str(s): s for s in d.guard.expr.free_symbols}
-        try:
-            ok = evaluate(d.guard.expr, {syms[n]: env[n] for n in d.symbols})
-        except Unsupported:
-            ok = np.array([_holds_at(d.guard.expr, {n: int(env[n][i]) for n in d.symbols}) is not False
-                           for i in range(total)])
-        refused |= ~np.broadcast_to(np.asarray(ok, dtype=bool), (total,))
-    return refused
-
-
-__all__ = ["Guard", "Decided", "Solution", "Unsupported", "evaluate", "decide", "solve", "refused_points",
+__all__ = ["Guard", "Decided", "Solution", "Unsupported", "evaluate", "decide", "solve", "grid", "holds_at", "magnitude",
            "ENUMERATE_LIMIT"]
