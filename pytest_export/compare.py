@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from .modstate import widened
 from .results import HarnessError
 
 
@@ -75,8 +76,9 @@ def _close(a: torch.Tensor, e: torch.Tensor, tolerances: dict[str, float]) -> bo
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
-    """Sparse (COO, CSR, ...) as dense: the error statistics need elementwise ops that sparse kernels lack."""
-    return t.to_dense() if t.layout != torch.strided else t
+    """Sparse (COO, CSR, ...) as dense, quantized as the floats it stands for: the error statistics need
+    elementwise ops that sparse and quantized kernels lack (issue #58)."""
+    return widened(t.to_dense() if t.layout != torch.strided else t)
 
 
 def default_tolerances(value: Any) -> tuple[float, float]:
@@ -126,7 +128,8 @@ def _cannot(obj: Any, where: str) -> CannotCompare:
 def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bit-for-bit equal with the same dtype, device, layout and shape: every check of ``assert_close`` holds."""
     return (a.layout == b.layout == torch.strided and a.dtype == b.dtype and a.device == b.device
-            and a.shape == b.shape and not a.is_quantized and not b.is_quantized and bool(torch.equal(a, b)))
+            and a.shape == b.shape and not a.is_quantized and not b.is_quantized
+            and bool(torch.equal(widened(a), widened(b))))
 
 
 def _kids(spec: Any) -> list[Any]:

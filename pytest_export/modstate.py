@@ -232,6 +232,7 @@ class StateKeeper:
         # private: Tensor._version has no public twin; it is how autograd itself detects in-place writes
         versions = [t._version for t, _, _ in plan]
         before = python_state(module, modules)
+        slots = [(m, dict(m._parameters), dict(m._buffers)) for _, m in modules]
         found: list[set[int]] = []
 
         def changed() -> set[int]:
@@ -249,14 +250,46 @@ class StateKeeper:
                 for t, orig, _ in plan:
                     if orig is not None and id(t) in done and t.shape == orig.shape and t.layout == orig.layout:
                         t.copy_(orig)
+            reassigned = _put_back(slots)
             changes = python_state_changes(before, python_state(module, modules))
             history = self._python.setdefault(id(module), (module, _PythonHistory()))[1]
             record["python_changes"] = changes
+            record["reassigned"] = reassigned
             record["python_per_call"] = history.after_call(module, before, changes)
         written_params = [id(t) for t, orig, _ in plan if orig is None and id(t) in done]
         if written_params:
             names = [n for n, p in module.named_parameters() if id(p) in written_params]
             raise ParameterWritten(names)
+
+
+def storage_of(t: torch.Tensor) -> tuple[Any, int]:
+    """``(key, bytes)`` of the memory a tensor holds, one key per storage (views share it): a sparse tensor (COO,
+    CSR, CSC, BSR, BSC) by its index and value tensors, which have storages where it has none (issue #58)."""
+    if t.layout == torch.sparse_coo:
+        parts = [t._indices(), t._values()]  # private: the uncoalesced parts; indices() needs a coalesced tensor
+    elif t.layout in (torch.sparse_csr, torch.sparse_bsr):
+        parts = [t.crow_indices(), t.col_indices(), t.values()]
+    elif t.layout in (torch.sparse_csc, torch.sparse_bsc):
+        parts = [t.ccol_indices(), t.row_indices(), t.values()]
+    else:
+        storage = t.untyped_storage()
+        return ("storage", storage.data_ptr()), storage.nbytes()
+    return ("sparse", id(t)), sum(p.untyped_storage().nbytes() for p in parts)
+
+
+def _put_back(slots: list[tuple[torch.nn.Module, dict, dict]]) -> list[str]:
+    """Every parameter and buffer a forward replaced, added or removed (``self.table = self._make(t)``: a table
+    grown on demand, a cache) put back as it was, so that no probe leaves its tensors in the module (a fake
+    tensor from a probe by shape, issue #58). Returns their names (``table``)."""
+    out = []
+    for m, params, buffers in slots:
+        for table, saved in ((m._parameters, params), (m._buffers, buffers)):
+            if table.keys() == saved.keys() and all(table[k] is v for k, v in saved.items()):
+                continue
+            out += [k for k in set(table) | set(saved) if table.get(k) is not saved.get(k)]
+            table.clear()
+            table.update(saved)
+    return sorted(out)
 
 
 @contextlib.contextmanager
@@ -302,16 +335,25 @@ def written(t: torch.Tensor, version: int, original: torch.Tensor, buffer: bool)
     return t._version != version or (buffer and not same_tensor(t.detach(), original))
 
 
+def widened(t: torch.Tensor) -> torch.Tensor:
+    """A float8 tensor as float32 (every float8 value is one), quantized as its floats: the comparisons' kernels
+    (``equal``, ``isclose``) have no float8 or quantized implementation (issue #58). Others as they are."""
+    if t.is_quantized:
+        return t.dequantize()
+    return t.float() if t.dtype.is_floating_point and t.element_size() == 1 else t
+
+
 def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal shape, dtype, layout and values (NaN equal to NaN); sparse tensors compare densely."""
     if a.shape != b.shape or a.dtype != b.dtype or a.layout != b.layout:
         return False
     if a.layout != torch.strided:  # sparse kernels lack the ops below (issue #18: aten::bitwise_and on SparseCPU)
         a, b = a.to_dense(), b.to_dense()
+    a, b = widened(a), widened(b)
     if torch.equal(a, b):
         return True
     return a.is_floating_point() and bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all())
 
 
 __all__ = ["StateKeeper", "ParameterWritten", "preserved_state", "written", "python_state", "python_state_changes", "restore_python_state",
-           "named_state", "versions", "changed_since", "same_tensor", "state_tensors"]
+           "named_state", "versions", "changed_since", "same_tensor", "state_tensors", "widened", "storage_of"]

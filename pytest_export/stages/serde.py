@@ -13,7 +13,7 @@ import torch
 
 from ..context import Context, Stage, StageFailure, failing_as
 from ..explain.frames import class_hint
-from ..modstate import same_tensor
+from ..modstate import same_tensor, storage_of
 from ..probes.calibration import resident_peak
 from ..probes.cost import format_bytes
 from ..results import HarnessError
@@ -84,12 +84,29 @@ def _save_load_compare(ctx: Context) -> dict[str, Any]:
             "memory": memory, **worst}
 
 
+def _kind_hint(ep: Any) -> str:
+    """Where the program holds tensors ``torch.export.save`` cannot write (sparse, quantized): said in the user's
+    terms, with what to do instead (issue #58)."""
+    held = [(n, t) for table in ("state_dict", "constants") for n, t in getattr(ep, table).items()
+            if isinstance(t, torch.Tensor)]
+    sparse = [n for n, t in held if t.layout != torch.strided]
+    quantized = [n for n, t in held if t.layout == torch.strided and t.is_quantized]
+    lines = []
+    if sparse:
+        lines.append(f"torch.export.save cannot write sparse tensors ({', '.join(sparse[:3])}): keep them dense, or "
+                     "keep their indices and values as dense tensors and rebuild the sparse tensor in forward")
+    if quantized:
+        lines.append(f"torch.export.save cannot write quantized tensors ({', '.join(quantized[:3])}): keep the "
+                     "integer values and their scale as plain tensors and dequantize in forward")
+    return "".join(f"\nhint: {line}" for line in lines)
+
+
 def _round_trip(ctx: Context, path: Any) -> dict[str, Any]:
     try:
         with failing_as("torch.export.save", kind="save"), direct_save() as direct:
             torch.export.save(ctx.ep, path)
     except StageFailure as failure:  # a class registered without the serialized_type_name save needs: named (#26)
-        hint = class_hint(failure.__cause__) if failure.__cause__ is not None else ""
+        hint = (class_hint(failure.__cause__) if failure.__cause__ is not None else "") or _kind_hint(ctx.ep)
         if not hint:
             raise
         raise StageFailure(f"{failure}{hint}", kind=failure.kind, **failure.data) from failure.__cause__
@@ -110,11 +127,11 @@ def planned_memory(ep: Any) -> dict[str, Any]:
             if type(t.data) is not torch.Tensor:  # a subclass: torch pickles it whole
                 pickled = max(pickled, _nbytes(t))
                 continue
-            n = t.untyped_storage().nbytes()
+            key, n = storage_of(t)
             if table == "constants":
                 constants += n
             else:
-                raw[t.untyped_storage().data_ptr()] = n
+                raw[key] = n
     largest, weights = max(raw.values(), default=0), sum(raw.values())
     direct, streamed = _direct_save_available(), _streamed_load_available()
     program = PROGRAM_BYTES_PER_NODE * len(ep.graph.nodes)
@@ -172,8 +189,9 @@ def direct_save() -> Iterator[_Direct]:
     original_write = writer.write_bytes
 
     def raw_bytes(value: Any) -> Any:
-        if (isinstance(value, torch._subclasses.FakeTensor) or value.device.type != "cpu" or not value.data_ptr()
-                or type(value.data) is not torch.Tensor):
+        if (isinstance(value, torch._subclasses.FakeTensor) or value.device.type != "cpu"
+                or value.layout != torch.strided or value.is_quantized or not value.data_ptr()
+                or type(value.data) is not torch.Tensor):  # torch's own bytes for what is not one plain storage
             return original_bytes(value)
         marker = _StorageBytes()
         marker.storage = value.untyped_storage()
