@@ -206,7 +206,8 @@ class StateKeeper:
 
     @staticmethod
     def _key(t: torch.Tensor) -> tuple:
-        if t.layout != torch.strided:
+        # a sparse tensor, or a wrapper subclass (``__torch_dispatch__``) whose storage holds no data: by identity
+        if t.layout != torch.strided or type(t.data) is not torch.Tensor:
             return ("id", id(t))
         return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
 
