@@ -12,6 +12,7 @@ No pytest here; torch is imported lazily by the functions that need it.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from .declare.shapes import Axis, Declaration, Root
@@ -272,7 +273,20 @@ def audit(decl: Declaration, ep: Any, *, allow_static: bool = False, max_size: i
             row["equal_to"] = peers
     unpromised = {s for s, p in promised.items() if not p}
     model = FuzzModel(out_vars, model_shapes, symbols, ties, _relations(ep, symbols, unpromised))
+    # the guards quoted in the lines above read torch's symbols (`s77 > 4`): in the declaration's names (#54)
+    labels: dict[str, str] = {}
+    for row in rows:
+        if isinstance(row.get("achieved"), str) and re.fullmatch(r"s\d+", row["achieved"]):
+            labels.setdefault(row["achieved"], row["input"] if row["axis"] is None else
+                              f"{row['input']}.shape[{row['axis']}]")
+    failures, warnings = ([_named(t, labels) for t in lines] for lines in (failures, warnings))
     return Audit(rows, failures, warnings, model, errors, row_symbols, row_axes)
+
+
+def _named(text: str, labels: dict[str, str]) -> str:
+    """``text`` with torch's symbols quoted in backticks as the axes they stand for."""
+    return re.sub(r"`[^`]*`", lambda m: re.sub(r"(?<![\w.])s\d+\b", lambda s: labels.get(s.group(0), s.group(0)),
+                                                 m.group(0)), text)
 
 
 def _relations(ep: Any, symbols: dict[str, Any], unpromised: set[str]) -> list[Any]:

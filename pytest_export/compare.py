@@ -102,6 +102,43 @@ def tolerances_for(value: Any, rtol: float | None, atol: float | None) -> dict[s
     return {"rtol": rtol, "atol": atol}
 
 
+# A float output whose elements miss torch.testing's tolerances still agrees at its scale where the norm of the
+# difference is this small beside the norm of eager's output (by dtype): the noise of summing in another order
+# (another kernel, a decomposition) grows with a model's depth and with its outputs' magnitude, element by element,
+# but stays this small over the whole output; a wrong kernel (tanh- vs exact-GELU: 1e-4 of the norm) does not
+# (issue #54). Only where no rtol/atol was given: given ones are held element by element.
+NORM_RTOL = {torch.float64: 1e-10, torch.complex128: 1e-10, torch.float32: 1e-5, torch.complex64: 1e-5,
+             torch.float16: 1e-3, torch.bfloat16: 8e-3}
+
+
+def norm_error(actual: torch.Tensor, expected: torch.Tensor) -> float | None:
+    """``||actual - expected|| / ||expected||`` (2-norms over every element, in float64, a chunk at a time), for two
+    floating or complex tensors of one shape; None for others."""
+    if not (actual.shape == expected.shape and (actual.is_floating_point() or actual.is_complex())
+            and (expected.is_floating_point() or expected.is_complex()) and actual.numel()):
+        return None
+    diff = ref = 0.0
+    for a, e in _chunks(actual, expected):
+        wide = torch.complex128 if a.is_complex() or e.is_complex() else torch.float64
+        a, e = a.to("cpu", wide), e.to("cpu", wide)
+        diff += float(((a - e).abs() ** 2).sum())
+        ref += float((e.abs() ** 2).sum())
+    if not (math.isfinite(diff) and math.isfinite(ref)):
+        return None
+    return math.sqrt(diff / ref) if ref else (0.0 if diff == 0 else math.inf)
+
+
+def tolerance_text(e: torch.Tensor, rtol: float | None, atol: float | None, scale: float | None) -> str:
+    """What the output was held to, and the keywords that change it."""
+    r, a = (tolerances_for(e, rtol, atol) or dict(zip(("rtol", "atol"), default_tolerances(e)))).values()
+    given = "given" if rtol is not None or atol is not None else f"torch.testing's for {e.dtype}"
+    text = f"held to rtol={r:.3g}, atol={a:.3g} ({given})"
+    if scale is not None and rtol is None and atol is None and e.dtype in NORM_RTOL:
+        text += (f", or at the output's scale to a norm-relative error of {NORM_RTOL[e.dtype]:.0e}: it is "
+                 f"{scale:.3g}")
+    return text + "; rtol= and atol= in the exportable marker change the tolerances"
+
+
 _PLAIN = (int, float, complex, bool, str, bytes, type(None))
 
 
@@ -206,6 +243,18 @@ def compare_trees(actual: Any, expected: Any, *, rtol: float | None = None, atol
                         entry["nonfinite"] = odd
                     if _close(a, e, tolerances_for(e, rtol, atol)):
                         continue  # assert_close, run whole, is what says how a mismatch looks
+                    scale = norm_error(a, e)
+                    if scale is not None:
+                        entry["norm_rel_error"] = scale
+                        if (rtol is None and atol is None and not odd and a.dtype == e.dtype and a.device == e.device
+                                and a.layout == e.layout == torch.strided and scale <= NORM_RTOL.get(e.dtype, 0.0)):
+                            entry["within_scale"] = True  # reduction-order noise at the output's scale (#54)
+                            continue
+                    try:
+                        torch.testing.assert_close(a, e, equal_nan=True, **tolerances_for(e, rtol, atol))
+                    except AssertionError as exc:
+                        raise AssertionError(f"{exc}\n{tolerance_text(e, rtol, atol, scale)}") from None
+                    continue
                 torch.testing.assert_close(a, e, equal_nan=True, **tolerances_for(
                     e if isinstance(e, torch.Tensor) else a, rtol, atol))
             elif isinstance(e, (int, float, complex)) and not isinstance(e, bool):

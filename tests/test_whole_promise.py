@@ -116,3 +116,5 @@ def test_a_relation_between_bare_auto_axes_is_export_s_choice_shown_and_warned()
     assert "no guards recorded" not in line, line
     assert "the program accepts only where `a.shape[0] > b.shape[0]`" in line, line
     assert any("export kept only [3, inf]" in w for w in res.warnings), res.warnings
+    # the guard it quotes is in the declaration's names, not torch's symbols (#54)
+    assert any("the guards that narrowed it: `a.shape[0] > b.shape[0]` from" in w for w in res.warnings), res.warnings
