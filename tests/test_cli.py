@@ -55,6 +55,7 @@ def made(pytester, monkeypatch):
     return pytester.path
 
 
+@pytest.mark.slow
 def test_merge_of_shards_equals_the_whole_run(made, capsys):
     assert main(["merge", "-o", str(made / "merged.json"), str(made / "shard1.json"), str(made / "shard2.json")]) == 0
     merged = json.loads((made / "merged.json").read_text())
@@ -77,6 +78,7 @@ def test_merge_of_shards_equals_the_whole_run(made, capsys):
     assert "merged 2 reports (2 cases)" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_show_table_and_markdown(made, capsys):
     assert main(["show", str(made / "before.json")]) == 0
     out = capsys.readouterr().out
@@ -88,6 +90,7 @@ def test_show_table_and_markdown(made, capsys):
     assert "| `test_cases.py::test_shortcut` | failed | passed | passed | failed |" in md
 
 
+@pytest.mark.slow
 def test_diff_reports_new_failures_fixed_and_coverage(made, capsys):
     rc = main(["diff", str(made / "before.json"), str(made / "after.json")])
     out = capsys.readouterr().out
@@ -100,6 +103,7 @@ def test_diff_reports_new_failures_fixed_and_coverage(made, capsys):
     assert main(["diff", str(made / "before.json"), str(made / "before.json")]) == 0
 
 
+@pytest.mark.slow
 def test_module_entry_point_and_bad_input(made, pytester):
     r = pytester.run(sys.executable, "-m", "pytest_export", "show", str(made / "after.json"))
     assert r.ret == 0 and "pytest-export report: 4 cases" in r.stdout.str()

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_export.report.conformance import ALL, UNTAGGED, conformance_table, core_ops_reached
+from pytest_export.report.conformance import (
+    ALL,
+    UNTAGGED,
+    conformance_table,
+    core_ops_reached,
+)
 from tests.helpers import run_check, write_cases
 
 STATUSES = ["passed", "failed", "error", "xfailed", "xpassed", "skipped"]
@@ -108,6 +114,7 @@ def test_plain():
     assert "export conformance" not in result.stdout.str()
 
 
+@pytest.mark.slow
 def test_core_op_count_does_not_depend_on_what_the_process_ran():
     # torch.ops.aten lists only packets accessed so far; a fresh process must still see every core op
     import os

@@ -75,6 +75,7 @@ def test_train_bn_core():
 '''
 
 
+@pytest.mark.slow
 def test_planted_defects_are_caught_at_their_stage(pytester):
     write_cases(pytester, PLANTED)
     result, data = run_check(pytester)

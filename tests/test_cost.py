@@ -4,6 +4,7 @@ per case, not before every forward; save and load run once; the reloaded program
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.export import Dim
 
@@ -93,6 +94,7 @@ def test_the_reloaded_program_is_probed_at_the_boundaries_only(monkeypatch):
     assert 0 < reloaded <= 4 < probes, (reloaded, probes)
 
 
+@pytest.mark.slow
 def test_a_failed_exports_diagnosis_is_timed_apart(monkeypatch):
     import time
 

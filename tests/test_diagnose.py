@@ -374,6 +374,7 @@ def test_a_diagnosis_past_its_own_limit_is_cut_and_the_export_stays_failed(pytes
     result.stdout.fnmatch_lines(["*diagnosis cut after * s (draft_export did not finish): its own limit of *"])
 
 
+@pytest.mark.slow
 @needs_alarm
 def test_a_case_timeout_during_the_diagnosis_keeps_the_failed_export(pytester):
     # the diagnosis' own limit is 30 s; the case's --export-timeout ends first and stays in charge

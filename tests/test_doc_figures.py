@@ -98,6 +98,7 @@ def _dated(section: str) -> bool:
     return all(p.search(section) for p in DATED)
 
 
+@pytest.mark.slow
 def test_every_count_about_the_corpus_is_what_pytest_collects(collected):
     for page, pattern, values in _claims(collected):
         found = re.search(pattern, (ROOT / page).read_text(encoding="utf-8"))

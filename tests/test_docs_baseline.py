@@ -76,6 +76,7 @@ def repo(pytester):
     return pytester
 
 
+@pytest.mark.slow
 def test_the_documented_baseline_is_what_an_update_writes_and_a_full_update_prunes_a_renamed_test(repo):
     written = update(repo)
     shown = doc_example()

@@ -3,6 +3,7 @@ xdist."""
 
 from __future__ import annotations
 
+import pytest
 
 from tests.helpers import cases_by_name, run_check, statuses, write_cases
 
@@ -109,6 +110,7 @@ def test_reproduce_blob_from_the_report_replays_the_failure(pytester):
     assert fuzz["examples"] == 1  # exactly the replayed example
 
 
+@pytest.mark.slow
 def test_every_run_mode_draws_the_same_sizes(pytester, monkeypatch):
     """One verdict per commit (#51): the search is seeded by the case, never by the clock, an example database or
     the profile CI loads: a developer's run, a second run beside the first one's files, and a CI=true run draw the
@@ -200,6 +202,7 @@ def test_none():
     assert none["status"] == "skipped" and none["message"] == "skipped: no examples requested (examples=0)"
 
 
+@pytest.mark.slow
 def test_guards_and_fuzz_agree_under_xdist(pytester):
     _write(pytester)
     # no seed given: the search is seeded by the case, so both runs draw the same sizes (#51)

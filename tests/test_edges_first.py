@@ -64,6 +64,7 @@ def _modes(res) -> dict[str, str]:
     return {p["probe"]: p["mode"] for p in res.stages["guards"].data["probe_list"]}
 
 
+@pytest.mark.slow
 def test_a_tight_budget_still_runs_the_cheap_edge_with_real_tensors_and_the_case_fails(monkeypatch):
     asked: list[float] = []
     largest = choose.largest_numeric
@@ -87,6 +88,7 @@ def test_a_tight_budget_still_runs_the_cheap_edge_with_real_tensors_and_the_case
     assert ranges["budget_spent"] <= ranges["budget"] == 3
 
 
+@pytest.mark.slow
 def test_the_clean_twin_passes_under_the_same_budget():
     class Clean(WrongAtOne):
         def forward(self, x):
@@ -99,6 +101,7 @@ def test_the_clean_twin_passes_under_the_same_budget():
     assert res.info["ranges"]["budget_spent"] <= 3
 
 
+@pytest.mark.slow
 def test_numerics_are_paid_for_in_the_order_edges_at_example_corners_rest():
     """Each probe's plan, in the order the budget paid for it: every edge before any probe at the example's sizes,
     those before the corners, the corners before the rest; the cheapest first within a tier."""
@@ -175,6 +178,7 @@ def test_mlp():
 '''
 
 
+@pytest.mark.slow
 def test_edges_the_budget_leaves_by_shape_are_said_at_the_case_with_the_budget_that_runs_them(pytester):
     write_cases(pytester, EDGES_CASE)
     result, data = run_check(pytester, "--export-budget", "0.05", "-W", "always::pytest_export.ExportWarning")

@@ -132,6 +132,7 @@ def test_the_deployment_matrix_has_an_executorch_column():
 # ---- lowered and run ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_clean_case_passes_and_records_its_data(tmp_path):
     _executorch()
     res = _small(tmp_path)
@@ -168,6 +169,7 @@ class Flagged(torch.nn.Module):  # constant inputs, as a language model's use_ca
         return self.linear(x) * scale if use_cache else self.linear(x)
 
 
+@pytest.mark.slow
 def test_constant_inputs_are_fed_as_the_runtime_expects_them(tmp_path):
     _executorch()
     res = pytest_export.check(Flagged(), (torch.randn(5, 8),), {"use_cache": False, "scale": 3}, executorch=True,
@@ -196,6 +198,7 @@ def test_a_custom_operator_without_an_out_kernel_fails_naming_it(tmp_path):
             "out-variant kernel registered") in st.message
 
 
+@pytest.mark.slow
 def test_an_operator_the_runtime_has_no_kernel_for_fails_naming_it(tmp_path):
     _executorch()
     res = pytest_export.check(Sorted(), (torch.randn(5, 3),), executorch=True, workdir=tmp_path, session=LOWER_ONLY)
@@ -205,6 +208,7 @@ def test_an_operator_the_runtime_has_no_kernel_for_fails_naming_it(tmp_path):
     assert "no kernel for `aten::sort.values`: the XNNPACK partitioner left it to the portable kernels" in st.message
 
 
+@pytest.mark.slow
 def test_a_wrong_result_at_a_probed_size_fails_there(tmp_path, monkeypatch):
     """Planted: the runtime's output is off by one wherever the batch is not the example's 5."""
     runtime = _executorch()
@@ -223,6 +227,7 @@ def test_a_wrong_result_at_a_probed_size_fails_there(tmp_path, monkeypatch):
     assert st.data["max_abs_error"] >= 0.9
 
 
+@pytest.mark.slow
 def test_a_wrong_result_on_the_example_fails(tmp_path, monkeypatch):
     runtime = _executorch()
     real = runtime.Method.execute
@@ -232,6 +237,7 @@ def test_a_wrong_result_on_the_example_fails(tmp_path, monkeypatch):
     assert st.status == "failed" and "the ExecuTorch runtime disagrees with eager on the example inputs" in st.message
 
 
+@pytest.mark.slow
 def test_an_in_range_size_the_runtime_refuses_fails_naming_it(tmp_path):
     """A dim without a max is planned at the example's size: the runtime refuses a larger in-range batch."""
     _executorch()

@@ -384,6 +384,7 @@ def session(pytester, capsys, repo, cfg, xdist=False) -> None:
         check_update(pytester, before, r, repo, cfg, report="u.json")
 
 
+@pytest.mark.slow
 @settings(max_examples=MODEL_EXAMPLES, **SETTINGS)
 @given(data=st.data())
 def test_the_gate_model_serial(pytester, capsys, data):

@@ -191,6 +191,7 @@ def test_a_passing_case_says_its_guards_were_proved_over_every_declared_size():
     assert any(line.startswith("guards: proved over all 496 declared sizes") for line in res.coverage_lines())
 
 
+@pytest.mark.slow
 def test_the_terminal_says_the_guards_were_proved(pytester):
     pytester.makepyfile(test_model="""
         import pytest

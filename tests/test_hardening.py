@@ -131,6 +131,7 @@ def test_malformed_dynamic_shapes_end_in_a_clear_message_on_the_case(declaration
 
 # ---- factories, eager, hangs ----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_raising_factory_and_eager_are_not_export_failures(pytester):
     write_cases(pytester, '''
 ''' + HANGS + '''

@@ -247,6 +247,7 @@ class SlowDecomp(torch.nn.Module):
         return x.cumsum(1)
 
 
+@pytest.mark.slow
 def test_the_fixed_cost_stages_do_not_spend_the_budget(monkeypatch):
     """compare, save/load and decomp take 2 s here; a budget of 1 s still runs every edge numeric."""
     real = torch.export.ExportedProgram.run_decompositions
@@ -306,6 +307,7 @@ def _plan_of(result) -> list:
     return [probes, drawn, [row.get("numeric_max") for row in result.info["ranges"]["dims"]]]
 
 
+@pytest.mark.slow
 def test_the_plan_is_the_same_on_a_busy_machine_and_an_idle_one():
     """Which sizes run with real tensors is decided from counted cost, never the clock: the same case on an idle
     and a busy machine checks the same sizes the same way, fuzz draws the same examples, and the report records
@@ -325,6 +327,7 @@ def test_the_plan_is_the_same_on_a_busy_machine_and_an_idle_one():
     assert plan["wall_s"] > idle.info["ranges"]["plan"]["wall_s"]
 
 
+@pytest.mark.slow
 def test_the_safety_net_counts_cpu_time_cuts_numerics_and_says_so(monkeypatch):
     """The safety net counts the process's CPU time (issue #51): a model whose forward really works far longer than
     counted is cut, and the case says so; the same wall time spent waiting (a loaded machine, as far as the clocks
@@ -383,6 +386,7 @@ class Convs(torch.nn.Module):
         return self.body(x).mean((2, 3))
 
 
+@pytest.mark.slow
 def test_a_numeric_probe_is_predicted_at_what_it_takes_never_below_and_not_twice_over():
     """What decides whether a probe runs numeric is its predicted memory: under it, the cap does not hold; twice
     over it, an edge that fits the cap runs fake (ResNet-50's batch of 64, 0.78 GB in raw torch, was predicted at
@@ -432,6 +436,7 @@ def test_the_heap_is_handed_back_after_every_numeric_forward(monkeypatch):
     assert not trims
 
 
+@pytest.mark.slow
 def test_comparing_a_large_output_holds_no_copy_of_it():
     """A language model's logits at its max sequence (2,048 x 32,000 floats: 262 MB) were compared in float64
     whole, several copies at once. Compared a slice at a time, a differing pair of 64 MB outputs (within tolerance,

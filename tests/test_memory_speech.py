@@ -43,6 +43,7 @@ class FrozenFrontEncoder(torch.nn.Module):
         return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2)
 
 
+@pytest.mark.slow
 def test_a_frozen_speech_front_end_is_counted_and_its_largest_probe_predicted_within_2x():
     from pytest_export.probes.calibration import resident_peak
 
@@ -98,6 +99,7 @@ def _peak(tmp_path, top: int) -> tuple[dict, int]:
     return json.loads(report.read_text())["cases"][0], usage.ru_maxrss * 1024
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the child's peak with os.wait4 (ru_maxrss in kB)")
 def test_a_program_that_makes_more_than_eager_is_predicted_from_its_own_count(tmp_path):
     """Predicted from eager's count alone, n=16384 ran numeric and made 1.07 GB under a 256 MB cap (the 1.42 GB
@@ -140,6 +142,7 @@ def test_doubler():
 '''
 
 
+@pytest.mark.slow
 def test_a_program_the_count_cannot_run_at_an_in_range_size_is_said(pytester):
     """Where the program cannot be counted by fake tensors at an in-range size (a limit of its fake kernels), that
     probe's memory comes from eager's count alone: the report and the coverage lines say so, never silently."""

@@ -74,6 +74,7 @@ def baseline(tmp_path_factory) -> int:
     return peak
 
 
+@pytest.mark.slow
 def test_a_custom_op_that_allocates_inside_is_calibrated_and_held_to_the_cap(tmp_path, baseline):
     """Predicted by its outputs alone, n=16384 (1.07 GB inside) ran numeric under a 256 MB cap and the process took
     1.05 GB. Calibrated, numerics stop below it, the coverage says why, and the process stays within the cap."""
@@ -90,6 +91,7 @@ def test_a_custom_op_that_allocates_inside_is_calibrated_and_held_to_the_cap(tmp
     assert peak - baseline <= CAP, f"peak {peak / MB:.0f} MB, baseline {baseline / MB:.0f} MB"
 
 
+@pytest.mark.slow
 def test_an_op_that_grows_faster_than_its_calibration_is_stopped_by_the_guard(tmp_path, baseline):
     """n^3 / 8 floats inside: the squared rule predicts n=1024 at ~60 MB; it takes 537 MB. The guard refuses the
     allocation: the probe runs by shape instead, numerics stop below it, the case still passes (it was no fault of

@@ -72,6 +72,7 @@ def test_update_writes_a_sorted_file_and_the_gate_then_passes(suite, monkeypatch
     r.stdout.fnmatch_lines(["*known failure in the baseline: compare*"])
 
 
+@pytest.mark.slow
 def test_new_failure_fails_the_session(suite, monkeypatch):
     assert run(suite, "--export-baseline-update").ret == 0
     monkeypatch.setenv("NEW_FAILURE", "1")
@@ -104,6 +105,7 @@ def test_stale_entry_fails_unless_warned(suite, monkeypatch):
     r.stdout.fnmatch_lines(["*ExportBaselineWarning*stale*", "*stale (warning): test_cases.py::test_broken*"])
 
 
+@pytest.mark.slow
 def test_stale_non_core_op_and_removed_case_fail_a_full_run(suite, monkeypatch):
     monkeypatch.setenv("WITH_BN", "1")
     assert run(suite, "--export-baseline-update").ret == 0
@@ -117,6 +119,7 @@ def test_stale_non_core_op_and_removed_case_fail_a_full_run(suite, monkeypatch):
     assert r.ret == 0, r.stdout.str()
 
 
+@pytest.mark.slow
 def test_update_prunes_on_a_full_run_only(suite, monkeypatch):
     monkeypatch.setenv("NEW_FAILURE", "1")
     monkeypatch.setenv("WITH_BN", "1")
@@ -298,6 +301,7 @@ def test_update_records_the_signature_of_each_failure(suite):
     r.assert_outcomes(passed=1, xfailed=1)
 
 
+@pytest.mark.slow
 def test_a_listed_stage_that_fails_differently_is_a_new_failure(suite):
     assert run(suite, "--export-baseline-update", "--export-report", "r.json").ret == 0
     now = bl.signature_of(_report_stage(suite, "test_broken", "compare"))
@@ -345,6 +349,7 @@ def test_fine():
 '''
 
 
+@pytest.mark.slow
 def test_an_error_stage_fails_even_when_the_baseline_lists_it_and_is_never_recorded(pytester):
     write_cases(pytester, HANGING)
     # a legacy entry (no signature): it would match any outcome of `export` if errors were baselined

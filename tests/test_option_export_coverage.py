@@ -80,6 +80,7 @@ def test_coverage_json_and_markdown(suite):
     assert f"| `{BN}` | no |" in md
 
 
+@pytest.mark.slow
 def test_summary_md_option_and_github_step_summary(suite, monkeypatch):
     result, _ = run_check(suite, "-p", "no:xdist", "--export-summary-md", "summary.md")
     text = (suite.path / "summary.md").read_text()

@@ -31,6 +31,7 @@ def test_param(n):
 '''
 
 
+@pytest.mark.slow
 def test_each_mode_is_an_item_and_a_case_can_pass_one_and_fail_the_other(pytester):
     write_cases(pytester, CASES)
     result, data = run_check(pytester, "--export-modes", "non-strict,strict", "--export-examples", "2")

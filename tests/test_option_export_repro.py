@@ -91,6 +91,7 @@ def _reproduces(script: Path, cwd: Path) -> str:
     return proc.stdout[proc.stdout.index("REPRODUCED: "):]
 
 
+@pytest.mark.slow
 def test_a_script_per_failing_case_reproduces_in_a_fresh_process(pytester, tmp_path):
     write_cases(pytester, CASES)
     result, data = run_check(pytester, "--export-repro", "repro", "--hypothesis-seed", "0", "--export-examples", "25")
@@ -159,6 +160,7 @@ class Shortcut(torch.nn.Module):
         return x * 2 if torch.compiler.is_exporting() else x * 2 + 1
 
 
+@pytest.mark.slow
 def test_the_plain_python_api_writes_one_too(tmp_path):
     import pytest_export
 
@@ -199,6 +201,7 @@ class Appends(torch.nn.Module):
         return x * 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, attribute", [(CountsLate, "`calls` (0, then 1, then 2, then 3)"),
                                               (Appends, "`seen` ([], then [3], then [3, 3], then [3, 3, 3])")])
 def test_a_python_state_failure_reproduces_while_it_is_there(tmp_path, model, attribute):

@@ -45,6 +45,7 @@ def _probes(res) -> list[dict]:
     return res.stages["guards"].data["probe_list"]
 
 
+@pytest.mark.slow
 def test_a_clean_long_range_case_passes_with_numerics_capped_and_shapes_to_the_max():
     torch.manual_seed(0)
     res = pytest_export.check(Attention(), (torch.randn(2, 16, 32),), dynamic_shapes=LONG, max_memory="64MB",
@@ -270,6 +271,7 @@ class SlowPastFour(torch.nn.Module):
         return x + 1
 
 
+@pytest.mark.slow
 def test_a_probe_far_costlier_than_predicted_is_checked_by_shape_and_said(monkeypatch):
     """Its time limit (CPU time) stops it; the probe is checked by shape instead and the coverage says so: never an
     `error` (issue #51: a loaded runner made one that an idle one did not)."""
@@ -335,6 +337,7 @@ def test_roomy():
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_max_memory_option_and_keyword_reach_the_report_and_the_summary(pytester, workers):
     from tests.helpers import run_check, write_cases

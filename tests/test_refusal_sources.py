@@ -141,6 +141,7 @@ def _guards_text(case):
     return case["stages"]["guards"]["message"]
 
 
+@pytest.mark.slow
 def test_refusals_and_violations_name_the_models_line(outcome):
     cases = outcome.cases
     for name in ("test_shortcut", "test_shortcut_strict"):

@@ -118,9 +118,9 @@ def mutated(draw, report: dict[str, Any], extra_only: bool = False) -> dict[str,
         op = draw(st.sampled_from(ops))
         if op == "extra":  # a field of a later version, in one of the report's objects (not in a map of them)
             target = draw(st.sampled_from(objects(out)))
-            target[draw(st.sampled_from(["x_future", "note", "zz"]))] = draw(JUNK)
+            target[draw(st.sampled_from(["x_future", "note", "zz"]))] = copy.deepcopy(draw(JUNK))
         elif op == "replace":
-            parent[path[-1]] = draw(JUNK)
+            parent[path[-1]] = copy.deepcopy(draw(JUNK))
         elif op == "delete" and owner is not None:
             del owner[path[-1]]
         elif op == "empty":

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import run_check
 
 MODELS = '''
@@ -85,6 +87,7 @@ def _header(text: str) -> dict[str, list[str]]:
     return out
 
 
+@pytest.mark.slow
 def test_the_script_names_what_it_imports_and_keeps_the_weights_out_of_its_pickle(pytester, tmp_path):
     import hypothesis
     import torch

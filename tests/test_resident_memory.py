@@ -44,6 +44,7 @@ def test_grows():
 '''
 
 
+@pytest.mark.slow
 def test_the_largest_probe_grows_the_process_by_what_is_alive_within_its_prediction(pytester):
     write_cases(pytester, CASE)
     result, data = run_check(pytester, "--export-max-memory", "2GB", "--export-skip-stages", "fuzz,serde,decomp",

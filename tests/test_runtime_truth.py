@@ -54,6 +54,7 @@ class Cache(torch.nn.Module):
         return self.cache.sum(1) + x.sum(1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["executorch", "onnx"])
 @pytest.mark.parametrize("model", [Counter, Cache])
 def test_a_stateful_model_runs_in_the_runtime_from_eagers_state(model, runtime, tmp_path):
@@ -99,6 +100,7 @@ def _peak(tmp_path, skip: str) -> tuple[str, int]:
     return out, usage.ru_maxrss * 1024
 
 
+@pytest.mark.slow
 def test_the_runtimes_memory_plan_is_held_to_the_cap(tmp_path):
     """Planned at t=16384 the program needs ~2.1 GB before it runs; under a 128 MB cap it is planned at the
     largest size that fits, the stage grows the run's peak by no more than the cap, and the terminal says how far
@@ -131,6 +133,7 @@ def test_wide():
 '''
 
 
+@pytest.mark.slow
 def test_a_delegate_is_lowered_within_the_bounds_its_plan_fits(tmp_path):
     """XNNPACK sizes its tensors at the upper bounds it is lowered with, at its first run whatever that run's size:
     lowered at b=65536 (1 GB between the two layers) and only planned within the cap, a first run at b=4 grew the
@@ -188,6 +191,7 @@ class Wide(torch.nn.Module):
         return self.linear(x)
 
 
+@pytest.mark.slow
 def test_the_measured_error_is_shown_and_a_tight_runtime_tolerance_fails_only_that_runtime(tmp_path):
     _needs("executorch.runtime")
     torch.manual_seed(0)
@@ -248,6 +252,7 @@ def test_onnx_runtimes_copy_of_the_weights_is_held_to_the_cap_and_is_an_error_pa
     assert "> max_memory 64 kB" in st.message or "> max_memory 64" in st.message
 
 
+@pytest.mark.slow
 def test_the_lowerings_own_memory_is_held_to_the_cap_and_is_an_error_past_it(tmp_path):
     """ExecuTorch's lowering grows a process by about twice the weights (issue #42): it runs in a child held to the
     cap, and a lowering that would pass it is stopped, an error naming the option to raise, never a pass or a skip."""

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.helpers import run_check, write_cases
 
 ONLY_SERDE = "decomp,guards,fuzz,retrace,unflatten"
@@ -55,6 +57,7 @@ if serde is not None:
 '''
 
 
+@pytest.mark.slow
 def test_the_predicted_memory_holds_for_a_200mb_model(tmp_path):
     """In a fresh process, the stage's resident growth while it saves and loads a 201 MB model (three 67 MB
     weights) is within its prediction and at least half of it: the prediction is neither exceeded (the cap would

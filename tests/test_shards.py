@@ -102,6 +102,7 @@ def plant_gone(pytester):
     path.write_text(json.dumps(data))
 
 
+@pytest.mark.slow
 def test_a_shard_gates_only_what_it_ran(suite):
     """A shard of pytest-split (``--splits N``, N > 1) is a subset run: entries of tests it did not run are neither
     stale in it nor pruned by an update of it, although it was given the whole folder and collected them all."""
@@ -123,6 +124,7 @@ def test_a_shard_gates_only_what_it_ran(suite):
         "stale: remove it: test_cases.py::test_gone [compare]: the case did not run (removed or renamed?)"]
 
 
+@pytest.mark.slow
 def test_a_test_a_conftest_deselects_is_out_of_scope_and_the_rest_still_gated(suite):
     """Deselection by a conftest (as the corpus keeps only the zoo's CI slice) is no shard: the deselected test's
     entries are neither stale nor pruned, and a case that is gone is still found stale."""

@@ -143,6 +143,7 @@ def baseline(pytester) -> dict:
     return json.loads((pytester.path / "baseline.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_new_guard_in_a_known_failing_export_is_new_and_names_both_signatures(pytester):
     write(pytester, W_ONLY)
     r = gate_run(pytester, "-p", "no:xdist", "--export-baseline-update")

@@ -123,6 +123,7 @@ def problems(draw):
     return box, exprs, draw(st.data())
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(problems())
 def test_decide_and_solve_agree_with_brute_force(problem):

@@ -184,6 +184,7 @@ def test_every_summary_tells_the_story_pytest_tells(gated):
     assert "diagnosis_skipped" not in export["test_new_dd"]
 
 
+@pytest.mark.slow
 def test_under_xdist_too(gated):
     result, data = gate(gated, "-n", "2")
     assert result.ret == 1
@@ -192,6 +193,7 @@ def test_under_xdist_too(gated):
     check_lists(md)
 
 
+@pytest.mark.slow
 def test_the_gate_command_judges_the_verdicts_again(gated):
     from pytest_export.declare.options import SessionOptions
     from pytest_export.gate import baseline as bl
@@ -317,6 +319,7 @@ def test_scale(k):
 '''
 
 
+@pytest.mark.slow
 def test_a_green_run_says_it_in_one_line(pytester):
     """Every case passed and nothing needs attention: the default end of the run is one line (cases, stages, the
     report's path); --export-summary=full and -v show the tables."""

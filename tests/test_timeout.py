@@ -265,6 +265,7 @@ def test_after():
 '''
 
 
+@pytest.mark.slow
 def test_a_search_inside_a_given_test_ends_with_its_case(pytester):
     # export_check in a @given test: fuzz searches on a thread of its own; when the case's time runs out the
     # thread stops too, and its probes ran under limits all along

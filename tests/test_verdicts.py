@@ -8,6 +8,7 @@ import itertools
 import threading
 import time
 
+import pytest
 import torch
 
 import pytest_export
@@ -59,6 +60,7 @@ def test_fine_at_zero_and_one():
 '''
 
 
+@pytest.mark.slow
 def test_size_one_inside_the_promise(pytester):
     write_cases(pytester, SIZE_ONE)
     result, data = run_check(pytester, *SEED)

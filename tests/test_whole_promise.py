@@ -71,6 +71,7 @@ class TwoSizes(torch.nn.Module):
         return x * 2
 
 
+@pytest.mark.slow
 def test_a_one_symbol_guard_over_a_huge_range_is_decided_exactly():
     dynamic_shapes = {"x": {0: Dim.DYNAMIC(min=2, max=2 ** 23)}}
     ep = torch.export.export(TwoSizes(), (torch.randn(8, 3),), dynamic_shapes=dynamic_shapes)

@@ -59,7 +59,6 @@ def _normalized(data):
     return out
 
 
-@pytest.mark.slow
 def test_report_identical_with_n0_n2_and_without_xdist(pytester):
     write_cases(pytester, CASES)
     always = "--export-diagnose=always"  # test_narrowing's expected export failure is diagnosed too (#26)
@@ -208,6 +207,7 @@ def pytest_unconfigure(config):
 '''
 
 
+@pytest.mark.slow
 def test_a_green_run_under_xdist_prints_no_interrupt_from_a_worker_tearing_down(pytester):
     """A worker still tearing down 5 s after its results were sent gets execnet's SIGINT. It landed in whatever
     finalizer pytest's last garbage collection ran: a green ``-n auto`` shard printed a
