@@ -143,6 +143,30 @@ def test_a_constraint_violation_gets_its_fix_from_torchs_message_checked_without
     assert [(int(r.lower), int(r.upper)) for r in ep.range_constraints.values()] == [(5, 64)]
 
 
+class CapAt2048(torch.nn.Module):
+    def forward(self, x):
+        torch._check(x.shape[1] <= 2048)
+        return x * 2
+
+
+def test_a_fix_keeps_every_bound_the_user_wrote_and_says_so(no_draft):
+    """torch suggests ``Dim('seq', max=2048)`` for a declared ``Dim('seq', min=2, max=4096)``: pasted, it widens the
+    promise below 2 without a word (issue #54). The fix keeps min=2 and says so; raw torch accepts it."""
+    import pytest_export
+
+    res = pytest_export.check(CapAt2048(), (torch.randn(2, 16),), name="t.py::test_cap",
+                              dynamic_shapes={"x": {1: Dim("seq", min=2, max=4096)}})
+    export = res.stages["export"]
+    assert export.status == "failed" and "seq = Dim('seq', max=2048)" in export.message  # torch's own suggestion
+    assert export.data["dynamic_shapes_fix"] == (
+        "from torch.export import Dim\nseq = Dim('seq', min=2, max=2048)\ndynamic_shapes = {'x': {1: seq}}")
+    assert "(it keeps the bounds you wrote that torch's suggestion dropped: seq: min=2)" in export.message
+    ns: dict = {}
+    exec(export.data["dynamic_shapes_fix"], ns)
+    ep = torch.export.export(CapAt2048(), (torch.randn(2, 16),), dynamic_shapes=ns["dynamic_shapes"])
+    assert [(int(r.lower), int(r.upper)) for r in ep.range_constraints.values()] == [(2, 2048)]
+
+
 class ByFour(torch.nn.Module):
     """Height in blocks of 4: torch's fix is a derived dim (``h = 4*_h``), which a hand parser of its message fails
     on ("Cannot convert symbols to int")."""

@@ -122,6 +122,52 @@ def refined_dynamic_shapes(exc: BaseException, dynamic_shapes: Any) -> Any | Non
     return refine_dynamic_shapes_from_suggested_fixes(msg, dynamic_shapes)
 
 
+def keep_bounds(fixed: Any, declared: Any) -> tuple[Any, list[str]]:
+    """torch's corrected spec with every bound the user wrote kept where torch's suggestion dropped it (issue #54:
+    ``Dim('seq', max=2048)`` for a declared ``Dim('seq', min=2, max=4096)`` silently widened the promise to 0):
+    each named ``Dim`` of the fix keeps the larger min and the smaller max of the two. The check that follows holds
+    the result to the program. Returns the spec and a line per bound kept (``seq: min=2``)."""
+    from torch.export.dynamic_shapes import Dim, _DerivedDim, _DimHint
+
+    def named(v: Any) -> bool:
+        return (not isinstance(v, (_DerivedDim, _DimHint)) and hasattr(v, "__name__") and hasattr(v, "min")
+                and hasattr(v, "max"))
+
+    wrote: dict[str, Any] = {}
+
+    def collect(v: Any) -> None:
+        if isinstance(v, dict):
+            for x in v.values():
+                collect(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                collect(x)
+        elif named(v):
+            wrote.setdefault(v.__name__, v)
+
+    collect(declared)
+    made: dict[int, Any] = {}
+    notes: list[str] = []
+
+    def rebuilt(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: rebuilt(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return type(v)(rebuilt(x) for x in v)
+        if not named(v) or v.__name__ not in wrote:
+            return v
+        if id(v) not in made:
+            old = wrote[v.__name__]
+            lo, hi = max(v.min, old.min), min(v.max, old.max)
+            made[id(v)] = v if (lo, hi) == (v.min, v.max) or lo > hi else Dim(v.__name__, min=lo, max=hi)
+            if made[id(v)] is not v:
+                notes.append(f"{v.__name__}: " + ", ".join(
+                    [f"min={lo}"] * (lo != v.min) + [f"max={hi}"] * (hi != v.max)))
+        return made[id(v)]
+
+    return (rebuilt(fixed), notes) if fixed is not None and declared is not None else (fixed, [])
+
+
 # what a program's input checks raise (guards, input constraints, runtime asserts on sizes)
 
 MAX_REFINE = 3  # rounds of pasting torch's suggestion back and refining it again
@@ -257,6 +303,9 @@ def diagnose(exc: BaseException, module: Any, args: tuple, kwargs: dict, dynamic
             try:
                 fixed = refined_dynamic_shapes(exc, dynamic_shapes)
                 torch_text = to_python(fixed) if fixed is not None else ""
+                fixed, kept = keep_bounds(fixed, dynamic_shapes)
+                if kept:
+                    out["fix_kept_bounds"] = kept
             except Exception as err:  # noqa: BLE001 - the refiner cannot build every fix: draft_export then
                 fixed = None
                 out["dynamic_shapes_fix_error"] = describe_exception(err, 500)
@@ -316,6 +365,9 @@ def diagnosis_text(d: dict[str, Any]) -> str:
             proof = d.get("dynamic_shapes_fix_proof", "")
             lines.append(f"  (checked: it exports again and its program takes the bounds of its ranges{note}"
                          f"{'; ' + proof if proof else ''})")
+        if d.get("fix_kept_bounds"):
+            lines.append("  (it keeps the bounds you wrote that torch's suggestion dropped: "
+                         + "; ".join(d["fix_kept_bounds"]) + ")")
     elif d.get("dynamic_shapes_fix_problem"):
         lines.append(f"  no corrected dynamic_shapes to paste (not confirmed): {d['dynamic_shapes_fix_problem']}; "
                      "torch suggested:")
@@ -326,4 +378,4 @@ def diagnosis_text(d: dict[str, Any]) -> str:
 
 
 __all__ = ["diagnose", "diagnosis_text", "cut_text", "limit_for", "to_python", "draft_findings",
-           "refined_dynamic_shapes", "suggested_fixes_message", "FIX_FROM_MESSAGE"]
+           "refined_dynamic_shapes", "suggested_fixes_message", "keep_bounds", "FIX_FROM_MESSAGE"]
