@@ -250,3 +250,27 @@ def test_the_export_hints_point_somewhere():
     export = res.stages["export"]
     assert export.status == "failed", export.message
     assert "`.item()`, `int(t)`, `float(t)`, `bool(t)`, `if t:`" in export.message, export.message
+
+
+def test_a_guard_over_several_dims_that_refuses_by_one_alone_is_said_for_that_dim():
+    """``Mod(h*w, b*h*w) == 0`` (a view that re-derives the batch) refuses batch 1 at every image size: the line
+    names the dim and its size, not a three-dim relation on every row (issue #54); a true relation stays one."""
+    import sympy
+    from torch.utils._sympy.functions import PythonMod
+
+    from pytest_export.probes.proof import Proof
+    from pytest_export.probes.solver import Guard, solve
+
+    b, h, w = sympy.symbols("s0 s1 s2", integer=True, positive=True)
+    names = {"s0": "batch", "s1": "h16", "s2": "w16"}
+    batch_one = Guard(sympy.Ne(PythonMod(h * w, b * h * w), 0), "Mod(h16*w16, batch*h16*w16) == 0",
+                      ok="Mod(h16*w16, batch*h16*w16) != 0")
+    relation = Guard(sympy.Ne(h * w, 64), "h16*w16 == 64", ok="h16*w16 != 64")
+    sol = solve([batch_one, relation], {"s0": (1, 8), "s1": (4, 16), "s2": (4, 16)})
+    proof = Proof(sol, names)
+    first, second = (proof.refused_text(d) for d in sol.refusing)
+    assert first.startswith("refused where batch == 1, at every size of h16, w16 (the guard "
+                            "`Mod(h16*w16, batch*h16*w16) != 0`): 169 of 1352 sizes of (batch, h16, w16)"), first
+    assert "a relation between" not in first
+    assert second.startswith("refused where h16*w16 == 64: 3 of 169 sizes of (h16, w16)"), second
+    assert "a relation between h16 and w16, no size of one alone" in second

@@ -61,14 +61,46 @@ class Proof:
         of = dims[0] if len(dims) == 1 else "(" + ", ".join(dims) + ")"
         count = d.count_text if d.exact else f"at least {d.count_text} ({self.how(d)})"
         shown = ", ".join(_point_text(p) for p in d.examples[:limit]) + (", ..." if d.refused > limit else "")
-        text = f"refused where {d.guard.text}: {count} of {of}: {shown}"
-        if len(dims) > 1:
+        alone = self._one_dim(d)
+        if alone is not None:  # a guard over several dims that refuses by one of them alone (#54): said for it
+            i, sizes = alone
+            where = f"{dims[i]} == {sizes[0]}" if len(sizes) == 1 else f"{dims[i]} in {{{', '.join(map(str, sizes))}}}"
+            others = ", ".join(n for j, n in enumerate(dims) if j != i)
+            text = (f"refused where {where}, at every size of {others} (the guard `{d.guard.ok}`): {count} of {of}: "
+                    f"{shown}")
+        else:
+            text = f"refused where {d.guard.text}: {count} of {of}: {shown}"
+        if len(dims) > 1 and alone is None:
             text += f": a relation between {' and '.join(dims)}, no size of one alone"
         if more:
             text += f" (and {more} more guard{'s' * (more != 1)} of that line, refusing the same sizes)"
         if d.guard.source:
             text += f"; the guard was added at {d.guard.source}"
         return text
+
+    def _one_dim(self, d: Decided, shown: int = 4) -> tuple[int, list[int]] | None:
+        """``(i, sizes)`` where a guard over several dims refuses exactly the points whose ``i``-th dim is one of
+        ``sizes`` (at most ``shown``), whatever the others: ``Mod(h*w, b*h*w) == 0`` refuses ``b == 1``. None
+        otherwise, or where its box is not enumerated."""
+        import numpy as np
+
+        from .solver import ENUMERATE_LIMIT, evaluate, grid, magnitude
+
+        if len(d.symbols) < 2 or not d.exact or d.total is None or d.total > ENUMERATE_LIMIT:
+            return None
+        ranges = [self.solution.box[s] for s in d.symbols]
+        by_name = {str(s): s for s in d.guard.expr.free_symbols}
+        syms = [by_name[n] for n in d.symbols]
+        wide = magnitude(d.guard.expr, dict(zip(syms, ranges))) >= 1 << 62
+        cols = grid(ranges, 0, d.total, object if wide else np.int64)
+        ok = np.broadcast_to(np.asarray(evaluate(d.guard.expr, dict(zip(syms, cols))), dtype=bool), cols[0].shape)
+        bad = ~ok.reshape([hi - lo + 1 for lo, hi in ranges])
+        for i, (lo, _) in enumerate(ranges):
+            axes = tuple(j for j in range(len(ranges)) if j != i)
+            per = bad.any(axis=axes)
+            if per.any() and (bad == np.expand_dims(per, axes)).all() and int(per.sum()) <= shown:
+                return i, [lo + int(k) for k in np.flatnonzero(per)]
+        return None
 
     def how(self, d: Decided) -> str:
         """How ``d`` was decided, its dims in the declaration's names."""
