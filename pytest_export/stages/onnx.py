@@ -307,7 +307,8 @@ class _Checks(RuntimeChecks):
 
     def after_sizes(self, data: dict[str, Any]) -> str:
         inputs = data.get("dynamic_inputs")
-        return "; dynamic inputs " + ", ".join(f"{k}: {v}" for k, v in inputs.items()) if inputs else ""
+        # the axes by the declaration's names; the ONNX graph's own names for them (torch's symbols) stay in the data
+        return "; dynamic in the ONNX model: " + ", ".join(inputs) if inputs else ""
 
 
 def _enabled(ctx: Context) -> bool:
