@@ -234,7 +234,10 @@ class Context:
                     label = f"{row['input']}.shape[{row['axis']}]"
                     names.setdefault(achieved, names.get(label, label))
             return detail_of(stage, data["signature"], str(exc), data, names, line)
-        except Exception:  # noqa: BLE001 - a detail is extra: it never turns a finding into a crash
+        except Exception as exc:  # noqa: BLE001 - a detail is extra: it never turns a finding into a crash
+            # said, not hidden: the baseline then compares this failure by its kind alone
+            self.result.warnings.append(f"{stage}: the failure's detail could not be read ({describe_exception(exc, 200)}); "
+                                        "its baseline signature is its kind alone (please report it)")
             return None
 
     def read_declaration(self) -> None:
