@@ -9,7 +9,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .modstate import widened
-from .results import HarnessError
+from .util import HarnessError
 
 
 class CannotCompare(HarnessError):

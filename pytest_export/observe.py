@@ -7,17 +7,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
 
 from .compare import compare_trees, same_structure, structure_difference
-from .declare.options import CaseOptions
 from .modstate import StateKeeper, python_state, restore_python_state
 from .timeout import checkpoint
 
 RUN_SEED = 0x5EED
+
+
+class Tolerances(Protocol):
+    """What a comparison reads of a case's options (``declare.options.CaseOptions``): the torch side imports none of
+    the declaration."""
+
+    rtol: float | None
+    atol: float | None
 
 
 @dataclasses.dataclass
@@ -67,7 +74,7 @@ def observe(module: Callable[..., Any], owner: torch.nn.Module, args: tuple, kwa
     return Observation(out, (a, k), buffers, record.get("python_changes", []), record.get("python_per_call", []))
 
 
-def compare_observations(actual: Observation, expected: Observation, options: CaseOptions) -> dict[str, float]:
+def compare_observations(actual: Observation, expected: Observation, options: Tolerances) -> dict[str, float]:
     """Outputs, then inputs that forward mutated, then buffers; raise Mismatch on the first kind that differs."""
     tol = {"rtol": options.rtol, "atol": options.atol}  # compare_trees fills in the dtype default of one not given
     errs = compare_trees(actual.outputs, expected.outputs, root="output", **tol)

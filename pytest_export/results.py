@@ -8,15 +8,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .util import HarnessError as HarnessError  # the result model's error, defined below the torch side that raises it
 from .util import text_table
 
 PASSED, FAILED, SKIPPED, ERROR, XFAILED, XPASSED = "passed", "failed", "skipped", "error", "xfailed", "xpassed"
 BAD = (FAILED, ERROR, XPASSED)
-
-
-class HarnessError(Exception):
-    """The harness could not decide (a value it cannot compare, a declaration it cannot map): the stage ends as
-    ``error``, never ``failed``, and the message (for people) is shown as it is."""
 
 
 class ExportCheckFailure(AssertionError):

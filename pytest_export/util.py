@@ -1,6 +1,6 @@
 """Small helpers every layer shares: bounds that may be infinite, text tables, comma-separated option values,
-environment variables set for a block, torch-version conditions (of ``xfail`` entries). Plain Python; imports
-nothing from this package and no torch.
+environment variables set for a block, torch-version conditions (of ``xfail`` entries), and ``HarnessError`` (the
+harness could not decide). Plain Python; imports nothing from this package and no torch.
 """
 
 from __future__ import annotations
@@ -11,6 +11,14 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 from unittest import mock
+
+
+class HarnessError(Exception):
+    """The harness could not decide (a value it cannot compare, a declaration it cannot map): the stage ends as
+    ``error``, never ``failed``, and the message (for people) is shown as it is. Here, below every layer, so that
+    the torch side (``compare``'s ``CannotCompare``) raises it without importing the result model; ``results``
+    names it too."""
+
 
 HUGE = 2**62  # torch's "unbounded" stand-ins (sys.maxsize, int_oo) all lie above this
 
@@ -188,7 +196,7 @@ def condition_holds(text: str, torch_version: str) -> bool:
     return Version(torch_version.split("+")[0]) in spec
 
 
-__all__ = ["output_problem", "describe_exception", "plural", "finite_int", "text_table", "markdown_table", "comma_list", "environment", "HUGE",
+__all__ = ["HarnessError", "output_problem", "describe_exception", "plural", "finite_int", "text_table", "markdown_table", "comma_list", "environment", "HUGE",
            "condition_problem", "condition_holds"]
 
 

@@ -42,7 +42,6 @@ LAYERS: list[list[str]] = [
     # the program's guards decided over a declared box, and the narrowings they accept; a fix that keeps the promise
     ["probes.proof", "probes.narrow", "explain.promise"],
     ["declare.options", "results", "gate.scope", "gate.verdicts", "explain.diagnose", "repro.source"],
-    ["explain.refusal"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance, the report's schema)
     ["declare.case", "compare", "gate.baseline", "tags", "variants", "report.conformance", "report.schema"],
     # the declaration, one observed forward call, session settings, the gate, text summaries
@@ -57,9 +56,10 @@ LAYERS: list[list[str]] = [
     ["probes.sizing", "forked"],
     # a runtime's memory plan held to the cap
     ["probes.choose", "runtime_memory"],
-    # the declaration a failing program really accepts, checked before it is offered; a runtime against eager
-    # ExecuTorch's lowering read for findings, and planned
-    ["explain.fixes", "runtimes", "lowering"],
+    # the declaration a failing program really accepts, checked before it is offered; why a program refuses an
+    # in-range probe, and the audit rows it marks; a runtime against eager; ExecuTorch's lowering read for
+    # findings, and planned
+    ["explain.fixes", "explain.refusal", "runtimes", "lowering"],
     # the stages, one module each, and their registry
     STAGE_MODULES,
     ["stages"],

@@ -9,6 +9,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..audit import FuzzModel
+from ..context import Context
+from ..probes.choose import blame
 from ..probes.proof import relation_text as _relation_text
 from .guardsource import INSIDE_TORCH, NO_SOURCE, Recorded, holds, record_of, substituted
 
@@ -141,4 +144,19 @@ def model_fix(line: str) -> str:
     return ""
 
 
-__all__ = ["Explanation", "explain", "model_fix"]
+def mark_refusal(ctx: Context, model: FuzzModel, values: dict[str, int]) -> tuple[Any, list[str]]:
+    """Mark the audit rows of the dims a refused in-range probe blames, and return torch's explanation (or None)
+    and the symbols whose ranges a fix narrows. Where export's guards say, they decide (issue #33): a guard on
+    two dims together is a relation, marked on both rows and blamed on neither alone (a fix narrows the last);
+    else the probe-based ``blame``."""
+    why = explain(ctx.ep, model, values)
+    if why is not None and why.relation:
+        ctx.mark_relation(why.symbols, why.where[0])
+        return why, why.symbols[-1:]
+    symbols = why.symbols if why is not None else blame(ctx, model, values)
+    for symbol in symbols:
+        ctx.mark_refused(symbol, values)
+    return why, symbols
+
+
+__all__ = ["Explanation", "explain", "mark_refusal", "model_fix"]

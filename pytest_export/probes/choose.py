@@ -112,23 +112,6 @@ def blame(ctx: Context, model: FuzzModel, values: dict[str, int], ep: Any = None
     return [s for s in moved if verdict({**values, s: base[s]})[0] == ACCEPTED] or moved
 
 
-def mark_refusal(ctx: Context, model: FuzzModel, values: dict[str, int]) -> tuple[Any, list[str]]:
-    """Mark the audit rows of the dims a refused in-range probe blames, and return torch's explanation (or None)
-    and the symbols whose ranges a fix narrows. Where export's guards say, they decide (issue #33): a guard on
-    two dims together is a relation, marked on both rows and blamed on neither alone (a fix narrows the last);
-    else the probe-based ``blame``."""
-    from ..explain.refusal import explain
-
-    why = explain(ctx.ep, model, values)
-    if why is not None and why.relation:
-        ctx.mark_relation(why.symbols, why.where[0])
-        return why, why.symbols[-1:]
-    symbols = why.symbols if why is not None else blame(ctx, model, values)
-    for symbol in symbols:
-        ctx.mark_refused(symbol, values)
-    return why, symbols
-
-
 PROBE_SEED = 1234
 MAX_RELATION_PROBES = 4
 MAX_STATIC_PROBES = 6

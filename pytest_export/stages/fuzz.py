@@ -18,8 +18,9 @@ from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
 from ..declare.blob import BLOB, parse_blob
+from ..explain.refusal import mark_refusal
 from ..probes.choose import (REFUSED_IN_RANGE, UNCHECKED, WRONG_IN_RANGE, in_range_problem, outside_promise,
-                             mark_refusal, plan_for, run_program, sized)
+                             plan_for, run_program, sized)
 from ..probes.proof import refusing
 from ..probes.strategies import BuilderError, assignments, boundary_assignments, shapes_of
 from ..timeout import checkpoint
