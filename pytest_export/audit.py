@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from .declare.shapes import Axis, Declaration, Root
-from .explain.guardsource import refusing_guards
+from .proof.guardsource import refusing_guards
 from .util import finite_int
 
 KEPT, NARROWED, SPECIALIZED = "kept", "narrowed", "specialized"
@@ -294,7 +294,7 @@ def _relations(ep: Any, symbols: dict[str, Any], unpromised: set[str]) -> list[A
     declared ``Dim.AUTO`` used as ``x[:n]`` keeps ``n <= x.shape[0]``): what export kept, inside which such a
     symbol is drawn. A relation between promised symbols only is no limit on the draws: a refusal there is a
     finding."""
-    from .explain.guardsource import shape_env_of
+    from .proof.guardsource import shape_env_of
 
     env = shape_env_of(ep)
     known = set(symbols.values())

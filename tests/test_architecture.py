@@ -23,24 +23,24 @@ from pytest_export.declare.options import ORDER
 
 ROOT = Path(pytest_export.__file__).parent
 STAGE_MODULES = [f"stages.{name}" for name in ORDER]
-SUBPACKAGES = ["declare", "gate", "probes", "explain", "report", "repro"]  # ``stages/__init__`` is the registry
+SUBPACKAGES = ["declare", "gate", "probes", "proof", "explain", "report", "repro"]  # ``stages/__init__`` is the registry
 
 LAYERS: list[list[str]] = [
     # the subpackages' __init__: a docstring each, no imports
     SUBPACKAGES,
     # what fused kernels cost beyond the tensors they return (read by probes.cost's tally); the ops it cannot see
     # into and the memory guard; how far each declared dim was checked; option values parsed
-    ["probes.kernels", "probes.opaque", "probes.coverage", "declare.values", "probes.closed"],
+    ["probes.kernels", "probes.opaque", "probes.coverage", "declare.values", "proof.closed"],
     # plain helpers and torch glue with no package imports; what a probe costs; the model's frames of a failure;
     # the repro script's text
-    ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.count", "probes.solver", "declare.blob",
+    ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.count", "proof.solver", "declare.blob",
      "gate.signature",
-     "explain.frames", "explain.guardsource", "repro.script", "repro.checks"],
+     "explain.frames", "proof.guardsource", "repro.script", "repro.checks"],
     # what a probe costs, from what was counted: its predicted time and memory, the budget's ledger
     ["probes.cost"],
     # the vocabulary: options and keywords, the result model, a run's scope and its verdicts, draft-export diagnosis
     # the program's guards decided over a declared box, and the narrowings they accept; a fix that keeps the promise
-    ["probes.proof", "probes.narrow", "explain.promise"],
+    ["proof.prove", "proof.narrow", "explain.promise"],
     ["declare.options", "results", "gate.scope", "gate.verdicts", "explain.diagnose", "repro.source"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance, the report's schema)
     ["declare.case", "compare", "gate.baseline", "tags", "variants", "report.conformance", "report.schema"],

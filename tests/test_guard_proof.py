@@ -258,8 +258,8 @@ def test_a_guard_over_several_dims_that_refuses_by_one_alone_is_said_for_that_di
     import sympy
     from torch.utils._sympy.functions import PythonMod
 
-    from pytest_export.probes.proof import Proof
-    from pytest_export.probes.solver import Guard, solve
+    from pytest_export.proof.prove import Proof
+    from pytest_export.proof.solver import Guard, solve
 
     b, h, w = sympy.symbols("s0 s1 s2", integer=True, positive=True)
     names = {"s0": "batch", "s1": "h16", "s2": "w16"}

@@ -11,8 +11,8 @@ import sympy
 from hypothesis import given, settings, strategies as st
 from torch.utils._sympy.functions import FloorDiv, Mod as TorchMod, PythonMod
 
-from pytest_export.probes.narrow import refused_points
-from pytest_export.probes.solver import Guard, decide, solve
+from pytest_export.proof.narrow import refused_points
+from pytest_export.proof.solver import Guard, decide, solve
 
 SYMS = [sympy.Symbol(f"s{i}", integer=True, positive=True) for i in range(3)]
 OUTSIDE = sympy.Symbol("u0", integer=True)  # in no box (unbacked, data-dependent); signless, so sympy decides nothing

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..probes.proof import prove_program
+from ..proof.prove import prove_program
 from .promise import constant_problem, declared_box, dim_call, finite, refused_sizes
 from ..timeout import CaseTimeout, Expired, time_limit
 from ..util import environment

@@ -23,8 +23,8 @@ from ..declare.case import input_names
 from ..declare.shapes import parse
 from ..observe import clone_inputs, preserved_python_state
 from ..probes.choose import ACCEPTED, UNCHECKED, run_eager, run_program, sized, spread
-from ..probes.narrow import bad_values, narrowings, refused_count
-from ..probes.proof import prove
+from ..proof.narrow import bad_values, narrowings, refused_count
+from ..proof.prove import prove
 from ..torchlog import quiet_trace_logs
 from ..util import describe_exception
 

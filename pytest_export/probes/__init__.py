@@ -6,13 +6,11 @@ costs beyond the tensors it returns; ``opaque`` the ops that count cannot see in
 ``calibration`` is one case's costing (its fake mode, its costs calibrated on the example); ``strategies`` draws
 sizes and builds inputs (real and fake); ``sized`` holds a probe's inputs and the verdicts' vocabulary; ``sizing``
 plans each probe (charging the budget in the order the probes are planned: the edges first) and runs it fake or
-numeric, as its plan says; ``choose`` picks the sizes to try, in tiers, and judges the program's verdict on them. ``solver`` decides shape
-guards over a whole box of sizes, a one-symbol guard over any range with ``closed`` (its periodic tail in closed
-form, a range without a max included: issue #53); ``proof`` maps a program's own guards onto the declared dims and decides them
-there (issue #41); ``narrow`` finds the narrowings of a declaration those guards accept whole.
+numeric, as its plan says; ``choose`` picks the sizes to try, in tiers, and judges the program's verdict on them.
+The guard proof is ``proof/``.
 
-``kernels``, ``opaque``, ``coverage`` and ``closed`` import nothing of the package, ``solver`` only ``closed``, ``count`` only the first two,
-and ``cost`` only ``count``, ``opaque`` and ``coverage``; ``proof`` only ``solver`` and ``explain.guardsource``, ``narrow`` only ``solver``: it sits below everything
+``kernels``, ``opaque`` and ``coverage`` import nothing of the package, ``count`` only the first two,
+and ``cost`` only ``count``, ``opaque`` and ``coverage``: it sits below everything
 that reads a budget (``declare``, ``results``, ``report``); ``calibration`` sits below ``context``, which holds one per case;
 ``strategies``, ``sized``, ``sizing`` and ``choose`` sit above the case context (``context``, ``audit``, ``observe``), for the
 stages, ``explain.fixes``, ``runtimes`` and ``repro``. No imports here, so that importing ``cost`` runs no other.

@@ -19,7 +19,7 @@ import torch
 
 from ..context import Context, Stage, StageFailure
 from ..explain.frames import class_hint, frames_data, located
-from ..explain.guardsource import model_frames, record_of, violation_sources
+from ..proof.guardsource import model_frames, record_of, violation_sources
 from ..explain.refusal import model_fix
 from ..modstate import changed_since, versions
 from ..observe import clone_inputs, preserved_python_state

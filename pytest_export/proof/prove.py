@@ -17,7 +17,7 @@ import dataclasses
 import math
 from typing import Any
 
-from ..explain.guardsource import record_of, substituted
+from .guardsource import record_of, substituted
 from ..util import finite_int
 from .solver import Decided, Guard, Solution, solve
 
@@ -244,7 +244,7 @@ def _labels(ep: Any, syms: dict[str, Any]) -> dict[str, str]:
     """Each symbol as the input axis it came from (``x.shape[0]``), where torch recorded one; else its name."""
     import re
 
-    from ..explain.guardsource import shape_env_of
+    from .guardsource import shape_env_of
 
     env = shape_env_of(ep)
     out = {n: n for n in syms}
