@@ -163,7 +163,7 @@ def measure(models: tuple[str, ...] = tuple(MODELS)) -> dict | None:
         import transformers  # noqa: F401
     except ImportError:
         return None
-    from pytest_export.probes.cost import coverage_line
+    from pytest_export.memory.cost import coverage_line
 
     rows = []
     for name in models:

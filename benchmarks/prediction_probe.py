@@ -22,7 +22,7 @@ def pytest_configure(config):
     import itertools
 
     from pytest_export.probes import sizing
-    from pytest_export.probes.calibration import resident_high, resident_mark
+    from pytest_export.memory.calibration import resident_high, resident_mark
 
     log, numeric, ids = os.environ["PREDICTION_LOG"], sizing._numeric, itertools.count()
 

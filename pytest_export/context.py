@@ -23,7 +23,7 @@ from .explain.frames import model_frames
 from .gate.signature import detail_of, line_of
 from .modstate import StateKeeper
 from .observe import Observation, compare_observations, observe
-from .probes.calibration import Calibration
+from .memory.calibration import Calibration
 from .results import FAILED, XFAILED, CaseResult, HarnessError
 from .torchlog import quiet_fake_logs
 from .util import describe_exception

@@ -28,7 +28,7 @@ import warnings
 from typing import Any, Callable
 
 from .context import StageFailure
-from .probes.cost import format_bytes
+from .memory.cost import format_bytes
 from .results import HarnessError
 from .timeout import WAITING_SHARE
 from .util import describe_exception

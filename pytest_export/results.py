@@ -134,7 +134,7 @@ class CaseResult:
 
     def coverage_lines(self) -> list[str]:
         """One line per declared dim: how far shapes and numerics checked it (issue #23)."""
-        from .probes.cost import coverage_line
+        from .memory.cost import coverage_line
 
         cov = self.info.get("ranges") or {}
         lines = [coverage_line(row) for row in cov.get("dims", [])]
@@ -149,7 +149,7 @@ class CaseResult:
             lines.append(f"the program could not be counted by fake tensors {cov['program_problem']}: its memory "
                          "there is predicted from eager's count alone")
         if isinstance(cov.get("opaque"), dict):
-            from .probes.cost import opaque_line
+            from .memory.cost import opaque_line
 
             lines.append(opaque_line(cov["opaque"]))
         for name in RUNTIME_STAGES:  # a deployment runtime run short of the sizes numerics reached (its memory plan)

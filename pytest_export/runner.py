@@ -150,7 +150,7 @@ def edges_warning(edges: dict[str, Any], auto: bool) -> str:
 def _require_numerics(result: CaseResult, options: CaseOptions) -> CaseResult:
     """``--export-require-numerics`` / ``require_numerics=True``: a case that would pass with numerics short of a
     declared max ends as ``error`` (issue #31): the harness could not decide there with real tensors."""
-    from .probes.cost import short_of_max, short_text
+    from .memory.cost import short_of_max, short_text
 
     short = short_of_max(result.info.get("ranges"))
     ranges = result.info.get("ranges") or {}

@@ -18,7 +18,7 @@ from .context import Context, StageFailure
 from .observe import Observation, random_note, without_random
 from .ops import random_outputs
 from .probes.choose import Probe, out_of_range_probes, sized
-from .probes.cost import PROBE_BUDGET_SHARE
+from .memory.cost import PROBE_BUDGET_SHARE
 from .probes.sized import Sized
 from .results import FAILED, XFAILED
 from .util import plural

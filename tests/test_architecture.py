@@ -23,21 +23,21 @@ from pytest_export.declare.options import ORDER
 
 ROOT = Path(pytest_export.__file__).parent
 STAGE_MODULES = [f"stages.{name}" for name in ORDER]
-SUBPACKAGES = ["declare", "gate", "probes", "proof", "explain", "report", "repro"]  # ``stages/__init__`` is the registry
+SUBPACKAGES = ["declare", "gate", "memory", "probes", "proof", "explain", "report", "repro"]  # ``stages/__init__`` is the registry
 
 LAYERS: list[list[str]] = [
     # the subpackages' __init__: a docstring each, no imports
     SUBPACKAGES,
     # what fused kernels cost beyond the tensors they return (read by probes.cost's tally); the ops it cannot see
     # into and the memory guard; how far each declared dim was checked; option values parsed
-    ["probes.kernels", "probes.opaque", "probes.coverage", "declare.values", "proof.closed"],
+    ["memory.kernels", "memory.opaque", "memory.coverage", "declare.values", "proof.closed"],
     # plain helpers and torch glue with no package imports; what a probe costs; the model's frames of a failure;
     # the repro script's text
-    ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.count", "proof.solver", "declare.blob",
+    ["util", "modstate", "ops", "timeout", "torchlog", "training", "memory.count", "proof.solver", "declare.blob",
      "gate.signature",
      "explain.frames", "proof.guardsource", "repro.script", "repro.checks"],
     # what a probe costs, from what was counted: its predicted time and memory, the budget's ledger
-    ["probes.cost"],
+    ["memory.cost"],
     # the vocabulary: options and keywords, the result model, a run's scope and its verdicts, draft-export diagnosis
     # the program's guards decided over a declared box, and the narrowings they accept; a fix that keeps the promise
     ["proof.prove", "proof.narrow", "explain.promise"],
@@ -47,7 +47,7 @@ LAYERS: list[list[str]] = [
     # the declaration, one observed forward call, session settings, the gate, text summaries
     ["declare.shapes", "observe", "declare.settings", "gate.judge", "report.summary", "report.progress"],
     # what export kept of the declaration; the one writer of files; what probing a case costs
-    ["audit", "report.files", "probes.calibration"],
+    ["audit", "report.files", "memory.calibration"],
     # what stages share
     ["probes.strategies", "context"],
     # a probe's inputs at chosen sizes, and the verdicts' vocabulary

@@ -8,7 +8,7 @@ import types
 
 from hypothesis import given, settings, strategies as st
 
-from pytest_export.probes.cost import FAKE, NUMERIC, Costs, Measure
+from pytest_export.memory.cost import FAKE, NUMERIC, Costs, Measure
 
 OPS = 1000  # the example's operators: one fake shape check costs 2 x 1000 x 200 us = 0.4 nominal s
 

@@ -19,7 +19,7 @@ import pytest_export
 from pytest_export import context as context_mod
 from pytest_export.api import build
 from pytest_export.declare.options import SessionOptions, merge
-from pytest_export.probes.cost import Costs
+from pytest_export.memory.cost import Costs
 from pytest_export.runner import run_case
 
 
@@ -332,7 +332,7 @@ def test_the_safety_net_counts_cpu_time_cuts_numerics_and_says_so(monkeypatch):
     """The safety net counts the process's CPU time (issue #51): a model whose forward really works far longer than
     counted is cut, and the case says so; the same wall time spent waiting (a loaded machine, as far as the clocks
     can tell) cuts nothing, so the plan stays the same at any load."""
-    from pytest_export.probes import cost
+    from pytest_export.memory import cost
 
     monkeypatch.setattr(cost, "NET_SLACK", 0.0)
     monkeypatch.setattr(cost, "NET_FACTOR", 0.5)
@@ -363,7 +363,7 @@ def test_a_default_budget_is_raised_to_afford_the_edges_and_a_given_one_is_kept(
 
 
 def test_an_edge_that_does_not_fit_the_memory_cap_says_so_on_its_dims_line():
-    from pytest_export.probes.cost import coverage_line
+    from pytest_export.memory.cost import coverage_line
 
     costs = Costs(max_memory=2**30, budget=30.0)
     costs.record({"batch": (4, 1, 64)}, "numeric")
@@ -391,7 +391,7 @@ def test_a_numeric_probe_is_predicted_at_what_it_takes_never_below_and_not_twice
     """What decides whether a probe runs numeric is its predicted memory: under it, the cap does not hold; twice
     over it, an edge that fits the cap runs fake (ResNet-50's batch of 64, 0.78 GB in raw torch, was predicted at
     1.63 GB). Measured: the process's resident growth while eager, then the program, run at the largest probe."""
-    from pytest_export.probes.calibration import resident_peak
+    from pytest_export.memory.calibration import resident_peak
 
     torch.manual_seed(0)
     model = Convs().eval()
@@ -442,7 +442,7 @@ def test_comparing_a_large_output_holds_no_copy_of_it():
     whole, several copies at once. Compared a slice at a time, a differing pair of 64 MB outputs (within tolerance,
     so every statistic is computed) takes less than one more copy of them."""
     from pytest_export.compare import compare_trees
-    from pytest_export.probes.calibration import resident_peak
+    from pytest_export.memory.calibration import resident_peak
 
     want = torch.randn(1 << 24)
     got = want * (1 + 1e-7) + 1e-8
@@ -459,8 +459,8 @@ def test_the_scores_a_fused_attention_kernel_holds_inside_are_counted():
     process grew by 1.09 GB, and an attention block declared to 131,072 tokens peaked at 5.9 GB under a 1.6 GB cap."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from pytest_export.probes.calibration import resident_peak
-    from pytest_export.probes.cost import counted
+    from pytest_export.memory.calibration import resident_peak
+    from pytest_export.memory.cost import counted
 
     model = torch.nn.MultiheadAttention(32, 2, batch_first=True).eval()
     x = torch.randn(8, 2048, 32)

@@ -45,7 +45,7 @@ class FrozenFrontEncoder(torch.nn.Module):
 
 @pytest.mark.slow
 def test_a_frozen_speech_front_end_is_counted_and_its_largest_probe_predicted_within_2x():
-    from pytest_export.probes.calibration import resident_peak
+    from pytest_export.memory.calibration import resident_peak
 
     if resident_peak(lambda: None)[1]:
         pytest.skip("the process's peak memory cannot be measured here")

@@ -17,8 +17,8 @@ import textwrap
 import pytest
 import torch
 
-from pytest_export.probes.cost import MEMORY_MARGIN, Costs, Measure, counted
-from pytest_export.probes.opaque import address_guard, extrapolate, measured_call, opaque_name, refused
+from pytest_export.memory.cost import MEMORY_MARGIN, Costs, Measure, counted
+from pytest_export.memory.opaque import address_guard, extrapolate, measured_call, opaque_name, refused
 
 MB = 10**6
 CAP = 256 * MB

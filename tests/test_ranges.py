@@ -18,9 +18,9 @@ import torch
 from torch.export import Dim
 
 import pytest_export
-from pytest_export.probes import cost
+from pytest_export.memory import cost
 from pytest_export.declare.values import parse_memory
-from pytest_export.probes.cost import coverage_line
+from pytest_export.memory.cost import coverage_line
 
 
 class Attention(torch.nn.Module):
@@ -244,7 +244,7 @@ class Gate(torch.nn.Module):
 
 
 def test_a_higher_order_program_whose_peak_cannot_be_measured_runs_numerics_at_the_example_size_only(monkeypatch):
-    from pytest_export.probes import calibration
+    from pytest_export.memory import calibration
 
     monkeypatch.setattr(calibration, "resident_peak", lambda run: (run(), (0, "cannot be measured here (planted)"))[1])
     res = pytest_export.check(Gate(), (torch.randn(4, 3),), name="ranges::cond-unmeasured", examples=3,

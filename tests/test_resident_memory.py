@@ -67,7 +67,7 @@ def test_the_largest_probe_grows_the_process_by_what_is_alive_within_its_predict
 CONTROL = textwrap.dedent('''
     import ctypes, json, torch
     from torch.export import Dim
-    from pytest_export.probes.calibration import resident_high, resident_mark
+    from pytest_export.memory.calibration import resident_high, resident_mark
 
     {model}
 

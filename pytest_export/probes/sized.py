@@ -12,7 +12,7 @@ from ..audit import FuzzModel
 from ..context import Context
 from ..observe import Observation
 from ..util import describe_exception
-from .cost import FAKE, NUMERIC, Plan
+from ..memory.cost import FAKE, NUMERIC, Plan
 from .strategies import BuilderError, build_inputs, fake_inputs
 
 ACCEPTED, REFUSED, RAISED = "accepted", "refused", "raised"
@@ -99,7 +99,7 @@ class Sized:
         import torch
         import torch.utils._pytree as pytree
 
-        from .cost import format_bytes, input_bytes
+        from ..memory.cost import format_bytes, input_bytes
 
         case, cap = self.ctx.case, self.ctx.calibration.costs().max_memory
         first = describe_exception(exc, 200).splitlines()[0]

@@ -18,7 +18,7 @@ from ..observe import Observation, compare_observations, shape_mismatch
 from ..results import HarnessError
 from ..timeout import Expired, time_limit
 from ..util import describe_exception, resident_is_live, trim_heap
-from .cost import Plan
+from ..memory.cost import Plan
 from .sized import (ACCEPTED, FAKE, NUMERIC, RAISED, REFUSED, UNCHECKED, InputsUnknown, Sized, Verdict, fake_limit,
                     program_verdict, refusal)
 
@@ -58,7 +58,7 @@ def measure_probe(ctx: Context, sized: Sized, costs: Any) -> tuple[Any, float, b
     the example's, and whether fake tensors can run it; once per probe."""
     if sized._measured is not None:
         return sized._measured
-    from .cost import input_bytes
+    from ..memory.cost import input_bytes
 
     measured, fake_ok = None, costs.fake_problem is None
     try:
@@ -234,7 +234,7 @@ def _numeric(ctx: Context, sized: Sized, call: Any, instead: Any) -> Any:
         sized.plan = Plan(FAKE if fake else None, plan.seconds, plan.bytes, why)
     finally:
         if watch is not None:
-            from .calibration import resident_high
+            from ..memory.calibration import resident_high
 
             watch["measured_bytes"] = max(watch.get("measured_bytes", 0), resident_high() - sized.rss_base)
         if plan.bytes >= TRIM_AFTER:  # its freed heap goes back, else the next probe allocates beside it (#31)
@@ -246,8 +246,8 @@ def guarded(ctx: Context, sized: Sized, call: Any, instead: Any) -> Verdict:
     """``call()`` under the memory guard (``opaque.address_guard``: the process may grow by the memory cap and a
     slack, no more; issue #43). An allocation it refuses stops numerics at these sizes: the coverage says so, a
     probe no smaller is planned fake, and this one runs ``instead()`` (fake), never a crash or a pass."""
-    from .cost import format_bytes
-    from .opaque import GUARD_SLACK, address_guard, refused
+    from ..memory.cost import format_bytes
+    from ..memory.opaque import GUARD_SLACK, address_guard, refused
 
     costs = ctx.calibration.costs()
     with address_guard(costs.max_memory) as limit:
@@ -269,7 +269,7 @@ def _watched(costs: Any, sized: Sized) -> dict | None:
     """``ranges.largest`` where ``sized`` is that probe (the in-range numeric one predicted to need the most memory
     so far), its resident high-water mark reset: its measured growth goes beside its prediction (issue #43). The
     base is read before its first call, so its inputs, eager's outputs held and the program's peak all count."""
-    from .calibration import resident_mark
+    from ..memory.calibration import resident_mark
 
     top = costs.largest
     if not sized.in_range or top.get("predicted_bytes") != sized.plan.bytes or top.get("sizes") != {

@@ -142,7 +142,7 @@ def summary_markdown(report: dict[str, Any], messages: Iterable[str] = (), limit
                 lines.append(f"- ... and {len(listed) - limit} more")
     ranged = [c for c in cases if (c.get("ranges") or {}).get("dims")]
     if ranged:
-        from ..probes.cost import coverage_line as range_line
+        from ..memory.cost import coverage_line as range_line
 
         lines += ["", "Declared ranges (how far each dim was checked by shape, and by numerics):", ""]
         for c in ranged[:limit]:
@@ -171,7 +171,7 @@ def _baseline_line(path: str | None, message: str) -> str:
 def short_of_max_lines(cases: list[dict[str, Any]]) -> list[str]:
     """One line per passed case whose numerics fell short of a declared max (issue #31): a pass that was partly a
     shape check says so where the user looks, naming the dims, how far numerics reached and why."""
-    from ..probes.cost import short_of_max, short_text
+    from ..memory.cost import short_of_max, short_text
 
     out = []
     for c in sorted(cases, key=lambda c: c["nodeid"]):
@@ -185,7 +185,7 @@ def opaque_lines(cases: list[dict[str, Any]]) -> list[str]:
     """One line per case with ops the memory count cannot see into (issue #43): which, how each was predicted,
     and what the memory guard stopped; and one per case whose program the count could not run at an in-range size
     (its memory there predicted from eager's count alone)."""
-    from ..probes.cost import opaque_line
+    from ..memory.cost import opaque_line
 
     out = []
     for c in sorted(cases, key=lambda c: c["nodeid"]):

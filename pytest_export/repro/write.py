@@ -24,7 +24,7 @@ from typing import Any
 
 from ..declare.options import CaseOptions
 from ..results import FAILED, XFAILED, CaseResult
-from ..probes.cost import format_bytes
+from ..memory.cost import format_bytes
 from ..util import describe_exception, plural
 from .checks import CHECKS
 from .script import SCRIPTED, assemble, comment
@@ -213,7 +213,7 @@ def _saved(sized: Any, sizes: str, in_range: bool, mode: str | None, seed: int) 
     import torch
     import torch.utils._pytree as pytree
 
-    from ..probes.cost import input_bytes
+    from ..memory.cost import input_bytes
 
     out = {"sizes": sizes, "in_range": in_range, "seed": seed, "fake": True}
     if mode != "fake":

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
 from ..observe import Observation
-from ..probes.cost import format_bytes
+from ..memory.cost import format_bytes
 from ..results import HarnessError
 from ..runtimes import EXAMPLE, Allowance, RuntimeChecks
 from ..util import describe_exception

@@ -14,8 +14,8 @@ import torch
 from ..context import Context, Stage, StageFailure, failing_as
 from ..explain.frames import class_hint
 from ..modstate import same_tensor, storage_of
-from ..probes.calibration import resident_peak
-from ..probes.cost import format_bytes
+from ..memory.calibration import resident_peak
+from ..memory.cost import format_bytes
 from ..results import HarnessError
 from ..torchlog import repaired_torch_logs
 
