@@ -30,7 +30,7 @@ from typing import Any, Callable
 from .context import StageFailure
 from .memory.cost import format_bytes
 from .results import HarnessError
-from .timeout import WAITING_SHARE
+from .torchside.timeout import WAITING_SHARE
 from .util import describe_exception
 
 POLL_S = 0.05  # how often the child's memory is read: a page-granular watch, 20 times a second

@@ -187,7 +187,7 @@ def _run_marked(item: pytest.Function, value: Any) -> None:
             record(item, CaseResult(item.nodeid, outcome=ERROR, error=problem))
         pytest.fail(problem, pytrace=False)
     if not es.check:
-        from .training import training_warning
+        from .torchside.training import training_warning
 
         found = es.smoke(item.nodeid, case, marker.kwargs.get("dynamic_shapes"))
         note = None if marker.kwargs.get("train") else training_warning(case.module)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .compare import Mismatch, compare_leaves, default_tolerances
+from .torchside.compare import Mismatch, compare_leaves, default_tolerances
 from .context import Context, StageFailure
-from .observe import Observation, random_note, without_random
-from .ops import random_outputs
+from .torchside.observe import Observation, random_note, without_random
+from .torchside.ops import random_outputs
 from .probes.choose import Probe, out_of_range_probes, sized
 from .memory.cost import PROBE_BUDGET_SHARE
 from .probes.sized import Sized

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from . import timeout
+from .torchside import timeout
 from .declare import settings
 from .gate.scope import Recorder, folders_of, split_of, stopped_of
 
@@ -122,7 +122,7 @@ class ExportSession:
         and eager forward runs once; nothing is exported (#17). Returns its warnings (the item attributes them)."""
         from .declare.options import UsageError
         from .declare.shapes import parse
-        from .explain.frames import located
+        from .torchside.frames import located
         from .runner import describe_exception, smoke
 
         found: list[str] = []
@@ -284,7 +284,7 @@ class ExportSession:
         """Torch facts of this process for the cases it ran (JSON-able; shipped from workers)."""
         if not self.cases or "torch" not in sys.modules:
             return {}
-        from .ops import countable_core_ops, op_facts
+        from .torchside.ops import countable_core_ops, op_facts
 
         ops = {op for c in self.cases.values() for key in ("ops_before", "ops_after")
                for op in (c.get("stages", {}).get("decomp") or {}).get(key) or []}

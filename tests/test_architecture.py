@@ -23,7 +23,7 @@ from pytest_export.declare.options import ORDER
 
 ROOT = Path(pytest_export.__file__).parent
 STAGE_MODULES = [f"stages.{name}" for name in ORDER]
-SUBPACKAGES = ["declare", "gate", "memory", "probes", "proof", "explain", "report", "repro"]  # ``stages/__init__`` is the registry
+SUBPACKAGES = ["declare", "gate", "memory", "probes", "proof", "explain", "report", "repro", "torchside"]  # ``stages/__init__`` is the registry
 
 LAYERS: list[list[str]] = [
     # the subpackages' __init__: a docstring each, no imports
@@ -33,9 +33,9 @@ LAYERS: list[list[str]] = [
     ["memory.kernels", "memory.opaque", "memory.coverage", "declare.values", "proof.closed"],
     # plain helpers and torch glue with no package imports; what a probe costs; the model's frames of a failure;
     # the repro script's text
-    ["util", "modstate", "ops", "timeout", "torchlog", "training", "memory.count", "proof.solver", "declare.blob",
+    ["util", "torchside.modstate", "torchside.ops", "torchside.timeout", "torchside.torchlog", "torchside.training", "memory.count", "proof.solver", "declare.blob",
      "gate.signature",
-     "explain.frames", "proof.guardsource", "repro.script", "repro.checks"],
+     "torchside.frames", "proof.guardsource", "repro.script", "repro.checks"],
     # what a probe costs, from what was counted: its predicted time and memory, the budget's ledger
     ["memory.cost"],
     # the vocabulary: options and keywords, the result model, a run's scope and its verdicts, draft-export diagnosis
@@ -43,9 +43,9 @@ LAYERS: list[list[str]] = [
     ["proof.prove", "proof.narrow", "explain.promise"],
     ["declare.options", "results", "gate.scope", "gate.verdicts", "explain.diagnose", "repro.source"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance, the report's schema)
-    ["declare.case", "compare", "gate.baseline", "tags", "variants", "report.conformance", "report.schema"],
+    ["declare.case", "torchside.compare", "gate.baseline", "tags", "variants", "report.conformance", "report.schema"],
     # the declaration, one observed forward call, session settings, the gate, text summaries
-    ["declare.shapes", "observe", "declare.settings", "gate.judge", "report.summary", "report.progress"],
+    ["declare.shapes", "torchside.observe", "declare.settings", "gate.judge", "report.summary", "report.progress"],
     # what export kept of the declaration; the one writer of files; what probing a case costs
     ["audit", "report.files", "memory.calibration"],
     # what stages share

@@ -9,8 +9,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from pytest_export import compare
-from pytest_export.compare import Mismatch, compare_trees
+from pytest_export.torchside import compare
+from pytest_export.torchside.compare import Mismatch, compare_trees
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool]
 

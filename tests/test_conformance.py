@@ -122,13 +122,13 @@ def test_core_op_count_does_not_depend_on_what_the_process_ran():
     import sys
     from pathlib import Path
 
-    code = ("from pytest_export.ops import all_core_ops, countable_core_ops\n"
+    code = ("from pytest_export.torchside.ops import all_core_ops, countable_core_ops\n"
             "ops = all_core_ops()\n"
             "print(len(ops), len(countable_core_ops()), 'aten.avg_pool1d.default' in ops, 'aten.sym_size.int' in ops)\n")
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     fresh_total, fresh_countable, has_pool1d, has_sym = out.stdout.split()
-    from pytest_export.ops import all_core_ops, countable_core_ops
+    from pytest_export.torchside.ops import all_core_ops, countable_core_ops
 
     assert (int(fresh_total), int(fresh_countable)) == (len(all_core_ops()), len(countable_core_ops()))
     assert has_pool1d == "True" and has_sym == "True"

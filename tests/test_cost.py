@@ -9,7 +9,7 @@ import torch
 from torch.export import Dim
 
 import pytest_export
-from pytest_export import modstate
+from pytest_export.torchside import modstate
 
 
 class WideCounter(torch.nn.Module):

@@ -11,7 +11,7 @@ from torch.export import Dim
 
 from pytest_export.explain import diagnose
 from pytest_export.explain.diagnose import limit_for, to_python
-from pytest_export.timeout import supported
+from pytest_export.torchside.timeout import supported
 from tests.helpers import cases_by_name, run_check, statuses, write_cases
 
 CASES = '''

@@ -17,7 +17,7 @@ import torch
 from torch.export import Dim
 
 import pytest_export
-from pytest_export.explain import frames
+from pytest_export.torchside import frames
 from tests.helpers import cases_by_name, run_check
 
 MODELS = '''

@@ -90,7 +90,7 @@ def _storages(shape: tuple[int, ...]) -> set[int]:
 @pytest.fixture
 def large(monkeypatch):
     """Weights treated as a real-width model's: above the size whose parameters the harness copies."""
-    from pytest_export import modstate
+    from pytest_export.torchside import modstate
 
     monkeypatch.setattr(modstate, "PARAMETER_COPY_LIMIT", 0)
 
@@ -441,7 +441,7 @@ def test_comparing_a_large_output_holds_no_copy_of_it():
     """A language model's logits at its max sequence (2,048 x 32,000 floats: 262 MB) were compared in float64
     whole, several copies at once. Compared a slice at a time, a differing pair of 64 MB outputs (within tolerance,
     so every statistic is computed) takes less than one more copy of them."""
-    from pytest_export.compare import compare_trees
+    from pytest_export.torchside.compare import compare_trees
     from pytest_export.memory.calibration import resident_peak
 
     want = torch.randn(1 << 24)

@@ -10,7 +10,7 @@ import pytest_export
 from pytest_export.context import Context, StageFailure
 from pytest_export.declare.case import Case
 from pytest_export.declare.options import CaseOptions
-from pytest_export.observe import Observation
+from pytest_export.torchside.observe import Observation
 from pytest_export.stages.cuda import compare_across_devices, tolerance_for
 from pytest_export.stages.cuda import run as stage_cuda
 from tests.helpers import cases_by_name, run_check, statuses, write_cases

@@ -154,7 +154,7 @@ def test_the_runtime_tolerance_allows_for_reduction_order_only():
     pick = runtime_tolerance("executorch", merge(SessionOptions(), {}))
     x = torch.randn(1000)
     assert pick(x) == (1e-4, 1e-4) and pick(torch.tensor([1, 2])) == (None, None)
-    from pytest_export.compare import Mismatch, compare_leaves
+    from pytest_export.torchside.compare import Mismatch, compare_leaves
 
     compare_leaves(x * (1 + 6e-6), x, pick)
     with pytest.raises(Mismatch, match=r"rtol=0.0001, atol=0.0001"):

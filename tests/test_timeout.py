@@ -1,4 +1,4 @@
-"""Nested time limits (``pytest_export.timeout``): an inner limit raises its own exception, an enclosing limit
+"""Nested time limits (``pytest_export.torchside.timeout``): an inner limit raises its own exception, an enclosing limit
 that ends first stays in charge, and an inner block never lengthens the enclosing deadline (issue #23)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pytest_export.timeout import CaseTimeout, Expired, checkpoint, in_thread, supported, time_limit
+from pytest_export.torchside.timeout import CaseTimeout, Expired, checkpoint, in_thread, supported, time_limit
 from tests.helpers import run_check, write_cases
 
 pytestmark = pytest.mark.skipif(not supported(), reason="time limits need SIGALRM and the main thread")

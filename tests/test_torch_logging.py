@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from pytest_export.torchlog import repaired_torch_logs
+from pytest_export.torchside.torchlog import repaired_torch_logs
 from tests.helpers import cases_by_name, run_check, write_cases
 
 

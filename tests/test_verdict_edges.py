@@ -288,7 +288,7 @@ def test_a_torch_size_output_compares_as_the_tuple_it_is():
 
 
 def test_a_structure_difference_names_the_node_its_type_and_length():
-    from pytest_export.compare import Mismatch, compare_trees
+    from pytest_export.torchside.compare import Mismatch, compare_trees
 
     with pytest.raises(Mismatch) as exc:
         compare_trees((torch.ones(2), (4, 3)), (torch.ones(2), torch.Size([4, 3, 1])))
@@ -336,9 +336,9 @@ def test_aoti_holds_random_outputs_to_their_shape_and_the_rest_to_values(tmp_pat
 
 
 def test_device_streams_differ_only_where_random_ops_feed():
-    from pytest_export.compare import Mismatch
-    from pytest_export.observe import Observation, observe, without_random
-    from pytest_export.ops import random_outputs
+    from pytest_export.torchside.compare import Mismatch
+    from pytest_export.torchside.observe import Observation, observe, without_random
+    from pytest_export.torchside.ops import random_outputs
     from pytest_export.stages.cuda import compare_across_devices
 
     torch.manual_seed(0)
@@ -363,7 +363,7 @@ def test_device_streams_differ_only_where_random_ops_feed():
 
 def _observed(mod, x, seed):
     """One call of ``mod`` drawing from a random stream of its own (``observe`` seeds every call alike)."""
-    from pytest_export.observe import Observation
+    from pytest_export.torchside.observe import Observation
 
     torch.manual_seed(seed)
     return Observation(mod(x.clone()), ((x.clone(),), {}), {})

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from pytest_export.torchlog import Origins, captured_torch_output
+from pytest_export.torchside.torchlog import Origins, captured_torch_output
 from tests.helpers import cases_by_name, run_check, write_cases
 
 # ---- A: attributed to the test's file and line, selected by its module --------------------------------
@@ -153,7 +153,7 @@ def test_training_mode_warns_naming_the_submodules_unless_train_or_eval(pytester
 def test_training_warning_names_at_most_five_submodules():
     import torch
 
-    from pytest_export.training import active_training, training_warning
+    from pytest_export.torchside.training import active_training, training_warning
 
     net = torch.nn.Sequential(*[torch.nn.Dropout(0.1) for _ in range(6)], torch.nn.BatchNorm1d(3),
                               torch.nn.Dropout(0.0), torch.nn.InstanceNorm1d(3))
@@ -257,7 +257,7 @@ def test_origins_rule():
 def test_a_deployment_toolchains_warnings_are_the_harnesss(tmp_path, monkeypatch):
     """executorch warned DeprecationWarning and ExperimentalWarning from its own files into the user's warnings
     summary while the executorch stage ran: a toolchain the stages drive warns like torch, into torch_output."""
-    from pytest_export import torchlog
+    from pytest_export.torchside import torchlog
 
     tool = tmp_path / "site-packages" / "executorch"
     tool.mkdir(parents=True)  # no __init__.py: a namespace package, as executorch is

@@ -19,7 +19,7 @@ import torch
 
 from ..proof.prove import prove_program
 from .promise import constant_problem, declared_box, dim_call, finite, refused_sizes
-from ..timeout import CaseTimeout, Expired, time_limit
+from ..torchside.timeout import CaseTimeout, Expired, time_limit
 from ..util import environment
 
 # The diagnosis' own time limit (issue #23): on timm's tf_efficientnet_b0 with dynamic height and width, export
@@ -181,7 +181,7 @@ def checked_fix(fixed: Any, module: Any, args: tuple, kwargs: dict, strict: bool
     ``MAX_REFINE`` rounds), and the program it gives probed at the bounds of every range it keeps. Only a spec
     that passes all that is ``dynamic_shapes_fix``; otherwise ``dynamic_shapes_fix_problem`` says why, beside
     torch's own suggestion (``dynamic_shapes_fix_torch``)."""
-    from ..modstate import python_state, restore_python_state
+    from ..torchside.modstate import python_state, restore_python_state
 
     torch_text = to_python(fixed)
     constant = constant_problem(declared, fixed)

@@ -21,11 +21,11 @@ from ..audit import FuzzModel, audit
 from ..context import Context
 from ..declare.case import input_names
 from ..declare.shapes import parse
-from ..observe import clone_inputs, preserved_python_state
+from ..torchside.observe import clone_inputs, preserved_python_state
 from ..probes.choose import ACCEPTED, UNCHECKED, run_eager, run_program, sized, spread
 from ..proof.narrow import bad_values, narrowings, refused_count
 from ..proof.prove import prove
-from ..torchlog import quiet_trace_logs
+from ..torchside.torchlog import quiet_trace_logs
 from ..util import describe_exception
 
 ENUMERATE = 32  # a range of at most this many sizes is probed size by size

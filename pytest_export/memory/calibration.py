@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
 
-from ..torchlog import quiet_fake_logs
+from ..torchside.torchlog import quiet_fake_logs
 from ..util import describe_exception, resident_is_live, trim_heap
 from .cost import Costs, Measure, counted, default_max_memory, input_bytes
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..audit import FuzzModel
 from ..context import Context
-from ..observe import Observation
+from ..torchside.observe import Observation
 from ..util import describe_exception
 from ..memory.cost import FAKE, NUMERIC, Plan
 from .strategies import BuilderError, build_inputs, fake_inputs

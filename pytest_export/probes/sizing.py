@@ -11,12 +11,12 @@ import contextlib
 import math
 from typing import Any
 
-from ..compare import Mismatch
+from ..torchside.compare import Mismatch
 from ..context import Context
-from ..explain.frames import at_text
-from ..observe import Observation, compare_observations, shape_mismatch
+from ..torchside.frames import at_text
+from ..torchside.observe import Observation, compare_observations, shape_mismatch
 from ..results import HarnessError
-from ..timeout import Expired, time_limit
+from ..torchside.timeout import Expired, time_limit
 from ..util import describe_exception, resident_is_live, trim_heap
 from ..memory.cost import Plan
 from .sized import (ACCEPTED, FAKE, NUMERIC, RAISED, REFUSED, UNCHECKED, InputsUnknown, Sized, Verdict, fake_limit,

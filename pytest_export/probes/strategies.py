@@ -104,7 +104,7 @@ def build_inputs(model: FuzzModel, values: dict[str, int], args: tuple, kwargs: 
     import torch.utils._pytree as pytree
 
     if builder is not None:
-        from ..observe import seed_all
+        from ..torchside.observe import seed_all
 
         seed_all(seed)
         return normalize_built(builder(dict(named if named is not None else model.named(values)), args, kwargs))

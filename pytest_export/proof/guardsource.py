@@ -30,7 +30,7 @@ def _torch_dir() -> str:
 
 @functools.cache
 def _own_dir() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the package's folder, above explain/
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the package's folder, above proof/
 
 
 class _TorchFiles(set):

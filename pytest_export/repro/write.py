@@ -145,8 +145,8 @@ def _context(case: Any, options: CaseOptions, nodeid: str, ran: Any = None) -> t
     import torch
 
     from ..context import Context
-    from ..observe import clone_inputs, preserved_python_state
-    from ..torchlog import quiet_trace_logs
+    from ..torchside.observe import clone_inputs, preserved_python_state
+    from ..torchside.torchlog import quiet_trace_logs
 
     opts = dataclasses.replace(options, device="cpu")
     ctx = Context(case, opts, nodeid, Path(tempfile.gettempdir()))

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..compare import Mismatch
+from ..torchside.compare import Mismatch
 from ..context import Context, Stage, StageFailure
-from ..observe import RUN_SEED, Observation, clone_inputs, compare_observations, random_note, seed_all, without_random
-from ..ops import random_outputs
+from ..torchside.observe import RUN_SEED, Observation, clone_inputs, compare_observations, random_note, seed_all, without_random
+from ..torchside.ops import random_outputs
 from ..probes.choose import NUMERIC, in_range_inputs, out_of_range_inputs, plan_for
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import Context, Stage, StageFailure
-from ..observe import python_change_text
+from ..torchside.observe import python_change_text
 
 
 def run(ctx: Context) -> dict[str, Any]:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..compare import Mismatch, compare_leaves
+from ..torchside.compare import Mismatch, compare_leaves
 from ..context import Context, Stage, StageFailure
-from ..observe import Observation, clone_inputs, observe, random_note, without_random
-from ..ops import random_outputs
-from ..torchlog import quiet_trace_logs
+from ..torchside.observe import Observation, clone_inputs, observe, random_note, without_random
+from ..torchside.ops import random_outputs
+from ..torchside.torchlog import quiet_trace_logs
 from ..util import describe_exception
 
 CROSS_DEVICE_TOLERANCES = {

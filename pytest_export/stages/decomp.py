@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import Context, Stage, StageFailure, failing_as
-from ..ops import program_ops
-from ..torchlog import quiet_trace_logs
+from ..torchside.ops import program_ops
+from ..torchside.torchlog import quiet_trace_logs
 
 
 def run(ctx: Context) -> dict[str, Any]:

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..compare import Mismatch
+from ..torchside.compare import Mismatch
 from ..context import Context, Stage, StageFailure
-from ..explain.frames import frames_data, located
-from ..observe import compare_observations, python_change_text
+from ..torchside.frames import frames_data, located
+from ..torchside.observe import compare_observations, python_change_text
 from ..results import HarnessError
 from ..util import describe_exception
 
 
 def run(ctx: Context) -> dict[str, Any]:
     """The eager forward itself: it must run, and give the same result twice (else nothing can be compared)."""
-    from ..training import note_training; note_training(ctx)  # a module left in training mode warns (#26)
+    from ..torchside.training import note_training; note_training(ctx)  # a module left in training mode warns (#26)
     try:
         first = ctx.reference()
     except HarnessError:

@@ -31,10 +31,10 @@ import time
 from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
-from ..observe import Observation
+from ..torchside.observe import Observation
 from ..probes.choose import counted_need
 from ..memory.cost import format_bytes
-from ..compare import Mismatch, compare_leaves
+from ..torchside.compare import Mismatch, compare_leaves
 from ..forked import Watched, in_child
 from ..lowering import (left_by, lower, lowering_failure, missing_kernels, mutates_state, native_stderr, op_counts,
                         other_backend, partitioners, plan_program, runtime_reason)

@@ -18,13 +18,13 @@ from typing import Any
 import torch
 
 from ..context import Context, Stage, StageFailure
-from ..explain.frames import class_hint, frames_data, located
+from ..torchside.frames import class_hint, frames_data, located
 from ..proof.guardsource import model_frames, record_of, violation_sources
 from ..explain.refusal import model_fix
-from ..modstate import changed_since, versions
-from ..observe import clone_inputs, preserved_python_state
-from ..timeout import CaseTimeout
-from ..torchlog import quiet_trace_logs
+from ..torchside.modstate import changed_since, versions
+from ..torchside.observe import clone_inputs, preserved_python_state
+from ..torchside.timeout import CaseTimeout
+from ..torchside.torchlog import quiet_trace_logs
 from ..util import describe_exception, finite_int
 
 

@@ -23,7 +23,7 @@ from ..probes.choose import (REFUSED_IN_RANGE, UNCHECKED, WRONG_IN_RANGE, in_ran
                              plan_for, run_program, sized)
 from ..proof.prove import refusing
 from ..probes.strategies import BuilderError, assignments, boundary_assignments, shapes_of
-from ..timeout import checkpoint
+from ..torchside.timeout import checkpoint
 from ..util import describe_exception, plural
 
 
@@ -267,7 +267,7 @@ def _run_outside_hypothesis(test: Any, warn: Any = None) -> None:
     if not currently_in_test_context():
         test()
         return
-    from ..timeout import in_thread
+    from ..torchside.timeout import in_thread
 
     in_thread(test, name="pytest-export-fuzz", left=warn)
 

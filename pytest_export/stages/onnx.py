@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
-from ..observe import Observation
+from ..torchside.observe import Observation
 from ..memory.cost import format_bytes
 from ..results import HarnessError
 from ..runtimes import EXAMPLE, Allowance, RuntimeChecks

@@ -15,9 +15,9 @@ import inspect
 from typing import Any
 
 from ..context import Context, Stage, StageFailure
-from ..observe import clone_inputs
+from ..torchside.observe import clone_inputs
 from ..probes.choose import ACCEPTED, FAKE, UNCHECKED, in_range_inputs, mismatch, run_program
-from ..torchlog import quiet_trace_logs
+from ..torchside.torchlog import quiet_trace_logs
 from ..util import describe_exception, finite_int, plural
 
 MAX_SIZE_PROBES = 4

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import Context, Stage, StageFailure
-from ..observe import observe
+from ..torchside.observe import observe
 from ..probes.choose import mismatch
 from ..results import FAILED, PASSED, XFAILED
 from ..util import describe_exception, plural

@@ -9,7 +9,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .modstate import widened
-from .util import HarnessError
+from ..util import HarnessError
 
 
 class CannotCompare(HarnessError):

@@ -31,7 +31,7 @@ _SHOWN = 12  # frames shown at most (the innermost ones)
 @lru_cache(maxsize=1)
 def _roots() -> tuple[tuple[str, str], ...]:
     """(directory, kind) pairs, the most specific first (site-packages lies inside a venv's platstdlib)."""
-    here = str(Path(__file__).resolve().parents[1])  # the package's folder (this module is in explain/)
+    here = str(Path(__file__).resolve().parents[1])  # the package's folder (this module is in torchside/)
     torch_mod = sys.modules.get("torch")
     torch_dir = str(Path(torch_mod.__file__).resolve().parent) if getattr(torch_mod, "__file__", None) else None
     sites = {sysconfig.get_paths().get(k) for k in ("purelib", "platlib")}

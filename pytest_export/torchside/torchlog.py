@@ -219,7 +219,7 @@ class Origins:
 
         paths = sysconfig.get_paths()
         self.torch = folders(os.path.dirname(torch.__file__))[0]
-        self.harness = folders(os.path.dirname(__file__))[0]
+        self.harness = folders(os.path.dirname(os.path.dirname(__file__)))[0]  # the package's folder, above torchside/
         self.own = (self.torch, self.harness, *folders(*_toolchains()))
         self.paths: dict[str, str] = {}  # a frame's file, resolved once
         self.stdlib = folders(paths["stdlib"], paths["platstdlib"])
