@@ -148,7 +148,7 @@ def wrap(item: pytest.Function, func: Callable[..., Any]) -> Callable[..., None]
             reason = (f"CUDA is not available (torch.cuda.is_available() is False): {item.nodeid} runs on "
                       f"{variant.device} (--export-devices)")
             from .results import SKIPPED, CaseResult
-            from .tags import case_tags
+            from .declare.tags import case_tags
 
             record(item, CaseResult(item.nodeid, outcome=SKIPPED, tags=case_tags(item, MARKER),
                                     info={"mode": variant.mode, "device": variant.device, "reason": reason}))
@@ -158,7 +158,7 @@ def wrap(item: pytest.Function, func: Callable[..., Any]) -> Callable[..., None]
         except BaseException as exc:
             if es.check and isinstance(exc, Exception):
                 from .results import ERROR, CaseResult
-                from .tags import case_tags
+                from .declare.tags import case_tags
 
                 record(item, CaseResult(  # with its tags: its conformance row is its own, not (untagged) (#32)
                     item.nodeid, outcome=ERROR, tags=case_tags(item, MARKER),
@@ -219,7 +219,7 @@ def fixture_check(request: pytest.FixtureRequest, tmp_path: Path,
                      device: str = "cpu", **keywords: Any) -> CaseResult:
         from .api import build
         from .declare.options import UsageError
-        from .variants import is_device
+        from .declare.variants import is_device
 
         where = item.nodeid
         if not is_device(device):

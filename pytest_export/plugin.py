@@ -53,7 +53,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # tag markers must exist before -m deselects
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tag markers and --export-tags selection; each marked test made to check the case it returns."""
-    from .tags import apply_tags
+    from .declare.tags import apply_tags
 
     apply_tags(config, items, MARKER, settings.value(config, "export_tags"))
     for item in items:
@@ -96,7 +96,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     report = yield
     check = session_mod.session_of(item.config).check
     if call.when == "setup" and check and item.get_closest_marker(MARKER) is not None:
-        from .tags import case_tags
+        from .declare.tags import case_tags
 
         # sent ahead of the call, so the controller can report the case if its worker dies running it
         report.export_case = {"tags": case_tags(item, MARKER)}

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # imported where used: a run without --export-check loads non
     from .declare.options import CaseOptions, SessionOptions
     from .report.run import RunReport
     from .results import CaseResult
-    from .variants import Variant
+    from .declare.variants import Variant
 
 SESSION_KEY = pytest.StashKey["ExportSession"]()
 SPLIT_SETUP_TEARDOWN_LIMIT = 600  # seconds: pytest-split drops a longer setup or teardown (a frozen clock's, freezegun)
@@ -82,7 +82,7 @@ class ExportSession:
         """The items each marked case becomes under --export-modes / --export-devices (empty: just one)."""
         if not self.check:
             return []
-        from .variants import variants
+        from .declare.variants import variants
 
         return variants(self.options.modes, self.options.devices, self.cuda_available)
 

@@ -43,7 +43,7 @@ LAYERS: list[list[str]] = [
     ["proof.prove", "proof.narrow", "explain.promise"],
     ["declare.options", "results", "gate.scope", "gate.verdicts", "explain.diagnose", "repro.source"],
     # the case and how values compare; the CI-side data (baseline, tags, variants, conformance, the report's schema)
-    ["declare.case", "torchside.compare", "gate.baseline", "tags", "variants", "report.conformance", "report.schema"],
+    ["declare.case", "torchside.compare", "gate.baseline", "declare.tags", "declare.variants", "report.conformance", "report.schema"],
     # the declaration, one observed forward call, session settings, the gate, text summaries
     ["declare.shapes", "torchside.observe", "declare.settings", "gate.judge", "report.summary", "report.progress"],
     # what export kept of the declaration; the one writer of files; what probing a case costs

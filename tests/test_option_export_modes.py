@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_export.variants import Variant, parse_modes, variants
+from pytest_export.declare.variants import Variant, parse_modes, variants
 from tests.helpers import cases_by_name, run_check, statuses, write_cases
 
 CASES = '''

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_export.tags import marker_name, parse_tags, registered_markers
+from pytest_export.declare.tags import marker_name, parse_tags, registered_markers
 from tests.helpers import run_check, write_cases
 
 CASES = '''

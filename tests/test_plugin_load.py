@@ -56,5 +56,5 @@ def test_run_without_the_plugins_options_loads_only_its_hooks(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     line = next(x for x in out.stdout.splitlines() if x.startswith("LOADED"))
     assert "'pytest_export.plugin'" in line, out.stdout + out.stderr
-    for heavy in ("options", "results", "api", "runner", "variants"):
+    for heavy in ("declare.options", "results", "api", "runner", "declare.variants"):
         assert f"'pytest_export.{heavy}'" not in line, line

@@ -123,19 +123,19 @@ def _choice(choices: tuple[str, ...], default: str) -> Callable[[Any, str], str]
 
 
 def _tags(value: Any, flag: str) -> list[str]:
-    from ..tags import parse_tags
+    from .tags import parse_tags
 
     return parse_tags(value)
 
 
 def _modes(value: Any, flag: str) -> tuple[str, ...] | None:
-    from ..variants import parse_modes
+    from .variants import parse_modes
 
     return parse_modes(value or None)
 
 
 def _devices(value: Any, flag: str) -> tuple[str, ...] | None:
-    from ..variants import parse_devices
+    from .variants import parse_devices
 
     return parse_devices(value or None)
 

@@ -15,7 +15,7 @@ import dataclasses
 import re
 from typing import Any, Callable
 
-from .util import comma_list
+from ..util import comma_list
 
 MODES = ("non-strict", "strict")
 """Tracing modes: ``strict=False`` (the default of torch.export) and ``strict=True`` (TorchDynamo)."""

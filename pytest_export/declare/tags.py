@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 import pytest
 
-from .util import comma_list
+from ..util import comma_list
 
 TAG_MARKER_DOC = "pytest-export case tag"
 """The description of a marker registered for a tag (``pytest --markers`` lists them after collection)."""
