@@ -50,7 +50,7 @@ def _prepare(module: Any, args: tuple, kwargs: dict, keywords: dict, result: Any
     from pytest_export.declare.case import Case
     from pytest_export.declare.options import SessionOptions, merge
     from pytest_export.probes.choose import Probe, in_range_probes, out_of_range_probes, probe_inputs
-    from pytest_export.runtimes import _PAIR
+    from pytest_export.runtimes.checks import _PAIR
     from pytest_export.probes.strategies import build_inputs, fake_inputs
     from pytest_export.stages.fuzz import value_seed
     from torch._subclasses.fake_tensor import FakeTensorMode

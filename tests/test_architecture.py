@@ -23,7 +23,7 @@ from pytest_export.declare.options import ORDER
 
 ROOT = Path(pytest_export.__file__).parent
 STAGE_MODULES = [f"stages.{name}" for name in ORDER]
-SUBPACKAGES = ["declare", "gate", "memory", "probes", "proof", "explain", "report", "repro", "torchside"]  # ``stages/__init__`` is the registry
+SUBPACKAGES = ["declare", "gate", "memory", "probes", "proof", "explain", "report", "repro", "runtimes", "torchside"]  # ``stages/__init__`` is the registry
 
 LAYERS: list[list[str]] = [
     # the subpackages' __init__: a docstring each, no imports
@@ -53,13 +53,13 @@ LAYERS: list[list[str]] = [
     # a probe's inputs at chosen sizes, and the verdicts' vocabulary
     ["probes.sized"],
     # work whose memory must go back when it ends, in a forked child held to the cap
-    ["probes.sizing", "forked"],
+    ["probes.sizing", "runtimes.forked"],
     # a runtime's memory plan held to the cap
-    ["probes.choose", "runtime_memory"],
+    ["probes.choose", "runtimes.memory"],
     # the declaration a failing program really accepts, checked before it is offered; why a program refuses an
     # in-range probe, and the audit rows it marks; a runtime against eager; ExecuTorch's lowering read for
     # findings, and planned
-    ["explain.fixes", "explain.refusal", "runtimes", "lowering"],
+    ["explain.fixes", "explain.refusal", "runtimes.checks", "runtimes.lowering"],
     # the stages, one module each, and their registry
     STAGE_MODULES,
     ["stages"],

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from pytest_export.context import StageFailure
-from pytest_export.forked import Watched, in_child, private_bytes
+from pytest_export.runtimes.forked import Watched, in_child, private_bytes
 from pytest_export.results import HarnessError
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or private_bytes(os.getpid()) is None,

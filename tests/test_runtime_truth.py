@@ -20,7 +20,7 @@ from pytest_export.results import HarnessError
 from pytest_export.declare import settings
 from pytest_export.declare.options import SessionOptions, merge
 from pytest_export.declare.values import parse_runtime_tolerance
-from pytest_export.runtimes import runtime_tolerance
+from pytest_export.runtimes.checks import runtime_tolerance
 from pytest_export.util import describe_exception
 
 FAST = SessionOptions(check=True, examples=3, skip_stages=("serde", "decomp", "retrace"))
@@ -207,7 +207,7 @@ def test_the_measured_error_is_shown_and_a_tight_runtime_tolerance_fails_only_th
 
 def test_the_other_backend_tells_a_partitioners_defect_from_the_models():
     _needs("executorch.runtime")
-    from pytest_export.lowering import other_backend
+    from pytest_export.runtimes.lowering import other_backend
 
     text, record = other_backend(("xnnpack",), lambda other: None)
     assert 'with the portable kernels alone (executorch="portable") the runtime runs this right' in text
@@ -221,7 +221,7 @@ def test_an_other_backend_the_harness_could_not_run_is_undecided_not_failing_too
     """The other backend's plan past the memory cap (ResNet-50 at real width, portable: 3.75 GB) had read "it fails
     too (not run: ...): not the XNNPACK partitioner's alone": a limit of the harness told as a verdict."""
     _needs("executorch.runtime")
-    from pytest_export.lowering import other_backend
+    from pytest_export.runtimes.lowering import other_backend
 
     def attempt(other):
         raise HarnessError("its memory plan needs ~3.75 GB > max_memory 1.58 GB")

@@ -35,12 +35,12 @@ from ..torchside.observe import Observation
 from ..probes.choose import counted_need
 from ..memory.cost import format_bytes
 from ..torchside.compare import Mismatch, compare_leaves
-from ..forked import Watched, in_child
-from ..lowering import (left_by, lower, lowering_failure, missing_kernels, mutates_state, native_stderr, op_counts,
+from ..runtimes.forked import Watched, in_child
+from ..runtimes.lowering import (left_by, lower, lowering_failure, missing_kernels, mutates_state, native_stderr, op_counts,
                         other_backend, partitioners, plan_program, runtime_reason)
 from ..results import HarnessError
-from ..runtime_memory import Fit, choose, constant_bytes, executorch_plan_bytes
-from ..runtimes import EXAMPLE, Allowance, RuntimeChecks, runtime_tolerance
+from ..runtimes.memory import Fit, choose, constant_bytes, executorch_plan_bytes
+from ..runtimes.checks import EXAMPLE, Allowance, RuntimeChecks, runtime_tolerance
 from ..util import describe_exception, plural
 
 INSTALL = 'pip install "pytest-export[executorch]"'

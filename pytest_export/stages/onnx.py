@@ -33,7 +33,7 @@ from ..context import Context, Stage, StageFailure, StageSkip
 from ..torchside.observe import Observation
 from ..memory.cost import format_bytes
 from ..results import HarnessError
-from ..runtimes import EXAMPLE, Allowance, RuntimeChecks
+from ..runtimes.checks import EXAMPLE, Allowance, RuntimeChecks
 from ..util import describe_exception
 
 INSTALL = 'pip install "pytest-export[onnx]"'

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from .memory.cost import format_bytes
+from ..memory.cost import format_bytes
 
 SEARCH_STEPS = 6  # plans tried between the example's bounds and the largest run sizes (each a to_executorch)
 

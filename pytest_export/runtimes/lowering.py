@@ -20,10 +20,10 @@ import tempfile
 import time
 from typing import Any, Callable, Iterator
 
-from .context import StageFailure
-from .results import HarnessError
-from .runtime_memory import capped_shape_pass
-from .util import describe_exception
+from ..context import StageFailure
+from ..results import HarnessError
+from .memory import capped_shape_pass
+from ..util import describe_exception
 
 PARTITIONERS = {"xnnpack": ("executorch.backends.xnnpack.partition.xnnpack_partitioner", "XnnpackPartitioner", "XNNPACK")}
 _NOT_CORE = re.compile(r"Operator torch\._ops\.([\w.]+) is not in Core ATen opset")

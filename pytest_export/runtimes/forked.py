@@ -27,11 +27,11 @@ import time
 import warnings
 from typing import Any, Callable
 
-from .context import StageFailure
-from .memory.cost import format_bytes
-from .results import HarnessError
-from .torchside.timeout import WAITING_SHARE
-from .util import describe_exception
+from ..context import StageFailure
+from ..memory.cost import format_bytes
+from ..results import HarnessError
+from ..torchside.timeout import WAITING_SHARE
+from ..util import describe_exception
 
 POLL_S = 0.05  # how often the child's memory is read: a page-granular watch, 20 times a second
 
