@@ -1,11 +1,14 @@
-"""The package's house (issues #15, #36): one straight line from the marker to the report, no module importing one
-above it, every stage a module by its name, runner only orchestrating, no module over 400 lines; the concerns that
-span several modules in subpackages whose ``__init__`` is a docstring and nothing else, and whose private names
-stay inside them.
+"""The package's house (issues #15, #36, #56): one straight line from the marker to the report, no module
+importing one above it, every stage a module by its name, runner only orchestrating, no module over 400 lines, at
+most 12 modules at the package's root; the concerns that span several modules in subpackages (folders) whose
+``__init__`` is a docstring and nothing else, and whose private names stay inside them.
 
-The layers below are the map docs/architecture.md draws, by dotted module name (``probes.cost`` is
-``pytest_export/probes/cost.py``; a subpackage's ``__init__`` is its name). A module may import only modules of a
-lower layer (lazy imports inside functions count too); a new module must be placed in a layer here.
+Two maps hold the imports, both drawn in docs/architecture.md. The folders and the root's modules are the layers
+of pyproject.toml's import-linter contract (``[tool.importlinter]``), which ``lint-imports`` checks. Within them,
+``LAYERS`` below places every module, by dotted module name (``memory.cost`` is ``pytest_export/memory/cost.py``;
+a subpackage's ``__init__`` is its name), folder by folder in the contract's order, from the bottom up. A module may
+import only modules of a lower layer (lazy imports inside functions count too); a new module must be placed in a
+layer here.
 """
 
 from __future__ import annotations
@@ -23,55 +26,82 @@ from pytest_export.declare.options import ORDER
 
 ROOT = Path(pytest_export.__file__).parent
 STAGE_MODULES = [f"stages.{name}" for name in ORDER]
-SUBPACKAGES = ["declare", "gate", "memory", "probes", "proof", "explain", "report", "repro", "runtimes", "torchside"]  # ``stages/__init__`` is the registry
+# ``stages/__init__`` is the registry, not a docstring
+SUBPACKAGES = ["torchside", "declare", "memory", "proof", "gate", "probes", "runtimes", "explain", "repro", "report"]
 
 LAYERS: list[list[str]] = [
     # the subpackages' __init__: a docstring each, no imports
     SUBPACKAGES,
-    # what fused kernels cost beyond the tensors they return (read by probes.cost's tally); the ops it cannot see
-    # into and the memory guard; how far each declared dim was checked; option values parsed
-    ["memory.kernels", "memory.opaque", "memory.coverage", "declare.values", "proof.closed"],
-    # plain helpers and torch glue with no package imports; what a probe costs; the model's frames of a failure;
-    # the repro script's text
-    ["util", "torchside.modstate", "torchside.ops", "torchside.timeout", "torchside.torchlog", "torchside.training", "memory.count", "proof.solver", "declare.blob",
-     "gate.signature",
-     "torchside.frames", "proof.guardsource", "repro.script", "repro.checks"],
-    # what a probe costs, from what was counted: its predicted time and memory, the budget's ledger
+    # util: helpers every layer shares, HarnessError
+    ["util"],
+    # torchside/, the ground floor: the module's state, ATen ops, time limits, torch's logs, training mode, the
+    # model's frames of a failure; then how values compare; then one observed forward call
+    ["torchside.modstate", "torchside.ops", "torchside.timeout", "torchside.torchlog", "torchside.training",
+     "torchside.frames"],
+    ["torchside.compare"],
+    ["torchside.observe"],
+    # declare/: option values parsed, the reproduce= blob; the options and keywords; the case, tags, modes and
+    # devices; the declaration (what was promised) and the session's settings
+    ["declare.values", "declare.blob"],
+    ["declare.options"],
+    ["declare.case", "declare.tags", "declare.variants"],
+    ["declare.shapes", "declare.settings"],
+    # memory/, the cost and memory model: what fused kernels cost beyond the tensors they return, the ops the count
+    # cannot see into and the memory guard, how far each declared dim was checked; what a forward makes, counted;
+    # what a probe costs (time, memory, the budget's ledger); one case's costing, calibrated on the example
+    ["memory.kernels", "memory.opaque", "memory.coverage"],
+    ["memory.count"],
     ["memory.cost"],
-    # the vocabulary: options and keywords, the result model, a run's scope and its verdicts, draft-export diagnosis
-    # the program's guards decided over a declared box, and the narrowings they accept; a fix that keeps the promise
-    ["proof.prove", "proof.narrow", "explain.promise"],
-    ["declare.options", "results", "gate.scope", "gate.verdicts", "explain.diagnose", "repro.source"],
-    # the case and how values compare; the CI-side data (baseline, tags, variants, conformance, the report's schema)
-    ["declare.case", "torchside.compare", "gate.baseline", "declare.tags", "declare.variants", "report.conformance", "report.schema"],
-    # the declaration, one observed forward call, session settings, the gate, text summaries
-    ["declare.shapes", "torchside.observe", "declare.settings", "gate.judge", "report.summary", "report.progress"],
-    # what export kept of the declaration; the one writer of files; what probing a case costs
-    ["audit", "report.files", "memory.calibration"],
-    # what stages share
-    ["probes.strategies", "context"],
-    # a probe's inputs at chosen sizes, and the verdicts' vocabulary
+    ["memory.calibration"],
+    # the one result model
+    ["results"],
+    # proof/: one-symbol guards in closed form, where torch recorded each guard; guards decided over a box; the
+    # program's guards mapped onto the declared dims, and the narrowings they accept
+    ["proof.closed", "proof.guardsource"],
+    ["proof.solver"],
+    ["proof.prove", "proof.narrow"],
+    # gate/: what makes two failures the same, a run's scope, its verdicts; the baseline; the judge
+    ["gate.signature", "gate.scope", "gate.verdicts"],
+    ["gate.baseline"],
+    ["gate.judge"],
+    # what export kept of the declaration; the case context that stages share
+    ["audit"],
+    ["context"],
+    # probes/, the choice of what runs: strategies and inputs; a probe's inputs and the verdicts' vocabulary; how a
+    # probe is planned and runs; which sizes to probe
+    ["probes.strategies"],
     ["probes.sized"],
-    # work whose memory must go back when it ends, in a forked child held to the cap
-    ["probes.sizing", "runtimes.forked"],
-    # a runtime's memory plan held to the cap
-    ["probes.choose", "runtimes.memory"],
-    # the declaration a failing program really accepts, checked before it is offered; why a program refuses an
-    # in-range probe, and the audit rows it marks; a runtime against eager; ExecuTorch's lowering read for
-    # findings, and planned
-    ["explain.fixes", "explain.refusal", "runtimes.checks", "runtimes.lowering"],
+    ["probes.sizing"],
+    ["probes.choose"],
+    # runtimes/: a runtime's memory plan held to the cap, work in a forked child held to the cap; ExecuTorch's
+    # lowering read for findings, and planned; a runtime against eager
+    ["runtimes.memory", "runtimes.forked"],
+    ["runtimes.lowering", "runtimes.checks"],
+    # explain/: a fix that keeps the promise; a failed export diagnosed, why a program refuses an in-range probe
+    # (and the audit rows it marks), the declaration a failing program really accepts, checked before it is offered
+    ["explain.promise"],
+    ["explain.diagnose", "explain.refusal", "explain.fixes"],
     # the stages, one module each, and their registry
     STAGE_MODULES,
     ["stages"],
+    # repro/: the repro script's text and its checks; the Python it renders; what goes in, written
+    ["repro.script", "repro.checks"],
+    ["repro.source"],
+    ["repro.write"],
     # orchestration and the plain-Python entry point
-    ["runner", "repro.write"],
+    ["runner"],
     ["api"],
-    # pytest: the controller's report of a run, the session plugin object, marked items, the hooks
+    # report/: the conformance table, the report's schema, the stage a case is in; text summaries; the one writer
+    # of files; the controller's report of a run
+    ["report.conformance", "report.schema", "report.progress"],
+    ["report.summary"],
+    ["report.files"],
     ["report.run"],
+    # pytest: the session plugin object, marked items, the hooks; the command line
     ["session"],
     ["items"],
-    ["plugin"],
-    ["__main__", "__init__"],
+    ["plugin", "__main__"],
+    ["__init__"],
 ]
 
 
@@ -208,6 +238,24 @@ def test_no_module_outside_a_subpackage_reaches_its_private_names():
                 if module and outside(module):
                     wrong.append(f"{name} reaches {module}.{node.attr}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_layers_contract_holds():
+    """``lint-imports`` (import-linter, of the ``[dev]`` extra) keeps pyproject.toml's layers contract: no folder or
+    root module imports one of a layer above it, none imports a sibling of its own row, and every one is placed."""
+    exe = Path(sys.executable).with_name("lint-imports")
+    assert exe.exists(), f"{exe} is missing: install the [dev] extra (it holds import-linter)"
+    proc = subprocess.run([str(exe), "--no-cache", "--no-logo"], cwd=ROOT.parent, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "1 kept, 0 broken" in proc.stdout, proc.stdout[-4000:]
+
+
+def test_the_package_root_keeps_the_pytest_face_and_the_spine():
+    """At most 12 modules directly in ``pytest_export/`` (``__init__`` and ``__main__`` counted): a concern of
+    several modules gets a folder of its own."""
+    root = sorted(p.name for p in ROOT.glob("*.py"))
+    assert len(root) <= 12, root
 
 
 def test_every_stage_is_a_module_by_its_name_in_one_order():
