@@ -15,16 +15,16 @@ import torch
 import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
 
 from .audit import KEPT, REFUSED_IN_RANGE, audit
-from .torchside.compare import Mismatch
 from .declare.case import Case
 from .declare.options import CaseOptions, UsageError
 from .declare.shapes import parse
-from .torchside.frames import model_frames
 from .gate.signature import detail_of, line_of
-from .torchside.modstate import StateKeeper
-from .torchside.observe import Observation, compare_observations, observe
 from .memory.calibration import Calibration
 from .results import FAILED, XFAILED, CaseResult, HarnessError
+from .torchside.compare import Mismatch
+from .torchside.frames import model_frames
+from .torchside.modstate import StateKeeper
+from .torchside.observe import Observation, compare_observations, observe
 from .torchside.torchlog import quiet_fake_logs
 from .util import describe_exception
 

@@ -14,9 +14,9 @@ from typing import Any, Callable
 from .context import Context, Stage, StageFailure, StageSkip
 from .declare.case import Case
 from .declare.options import CaseOptions, xfail_for
-from .torchside.observe import observe
 from .results import ERROR, FAILED, PASSED, SKIPPED, XFAILED, XPASSED, CaseResult, HarnessError, StageResult
 from .stages import REGISTRY
+from .torchside.observe import observe
 from .torchside.timeout import CaseTimeout, supported, time_limit
 from .torchside.torchlog import captured_torch_output
 from .util import describe_exception, plural

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from .torchside import timeout
 from .declare import settings
 from .gate.scope import Recorder, folders_of, split_of, stopped_of
+from .torchside import timeout
 
 if TYPE_CHECKING:  # imported where used: a run without --export-check loads none of them
     from .declare.case import Case

@@ -196,8 +196,8 @@ def condition_holds(text: str, torch_version: str) -> bool:
     return Version(torch_version.split("+")[0]) in spec
 
 
-__all__ = ["HarnessError", "output_problem", "describe_exception", "plural", "finite_int", "text_table", "markdown_table", "comma_list", "environment", "HUGE",
-           "condition_problem", "condition_holds"]
+__all__ = ["HarnessError", "output_problem", "describe_exception", "plural", "finite_int", "text_table", "markdown_table",
+           "comma_list", "environment", "HUGE", "condition_problem", "condition_holds"]
 
 
 def output_problem(path: str, directory: bool = False) -> str | None:

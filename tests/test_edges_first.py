@@ -18,8 +18,8 @@ import torch
 from torch.export import Dim
 
 import pytest_export
-from pytest_export.probes import choose, sizing
 from pytest_export.memory.cost import NUMERIC, Costs, Measure, round_budget
+from pytest_export.probes import choose, sizing
 
 from .helpers import cases_by_name, run_check, write_cases
 

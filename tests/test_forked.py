@@ -9,8 +9,8 @@ import time
 import pytest
 
 from pytest_export.context import StageFailure
-from pytest_export.runtimes.forked import Watched, in_child, private_bytes
 from pytest_export.results import HarnessError
+from pytest_export.runtimes.forked import Watched, in_child, private_bytes
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or private_bytes(os.getpid()) is None,
                                 reason="needs os.fork and /proc/<pid>/smaps_rollup")

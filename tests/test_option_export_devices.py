@@ -10,9 +10,9 @@ import pytest_export
 from pytest_export.context import Context, StageFailure
 from pytest_export.declare.case import Case
 from pytest_export.declare.options import CaseOptions
-from pytest_export.torchside.observe import Observation
 from pytest_export.stages.cuda import compare_across_devices, tolerance_for
 from pytest_export.stages.cuda import run as stage_cuda
+from pytest_export.torchside.observe import Observation
 from tests.helpers import cases_by_name, run_check, statuses, write_cases
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is False)")

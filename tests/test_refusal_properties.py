@@ -11,8 +11,8 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_export.proof import guardsource
 from pytest_export.explain.refusal import explain
+from pytest_export.proof import guardsource
 
 A, B, ROOT = sympy.symbols("s0 s1 s2", integer=True, positive=True)
 

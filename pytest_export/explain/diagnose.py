@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from ..proof.prove import prove_program
 from .promise import constant_problem, declared_box, dim_call, finite, refused_sizes
+from ..proof.prove import prove_program
 from ..torchside.timeout import CaseTimeout, Expired, time_limit
 from ..util import environment
 

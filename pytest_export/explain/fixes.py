@@ -21,10 +21,10 @@ from ..audit import FuzzModel, audit
 from ..context import Context
 from ..declare.case import input_names
 from ..declare.shapes import parse
-from ..torchside.observe import clone_inputs, preserved_python_state
 from ..probes.choose import ACCEPTED, UNCHECKED, run_eager, run_program, sized, spread
 from ..proof.narrow import bad_values, narrowings, refused_count
 from ..proof.prove import prove
+from ..torchside.observe import clone_inputs, preserved_python_state
 from ..torchside.torchlog import quiet_trace_logs
 from ..util import describe_exception
 

@@ -12,8 +12,8 @@ from typing import Any
 from ..audit import FuzzModel
 from ..context import Context
 from ..probes.choose import blame
-from ..proof.prove import relation_text as _relation_text
 from ..proof.guardsource import INSIDE_TORCH, NO_SOURCE, Recorded, holds, record_of, substituted
+from ..proof.prove import relation_text as _relation_text
 
 
 @dataclasses.dataclass

@@ -10,9 +10,9 @@ from typing import Any
 
 from ..audit import FuzzModel
 from ..context import Context
+from ..memory.cost import FAKE, NUMERIC, Plan
 from ..torchside.observe import Observation
 from ..util import describe_exception
-from ..memory.cost import FAKE, NUMERIC, Plan
 from .strategies import BuilderError, build_inputs, fake_inputs
 
 ACCEPTED, REFUSED, RAISED = "accepted", "refused", "raised"

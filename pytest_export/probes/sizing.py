@@ -11,14 +11,14 @@ import contextlib
 import math
 from typing import Any
 
-from ..torchside.compare import Mismatch
 from ..context import Context
+from ..memory.cost import Plan
+from ..results import HarnessError
+from ..torchside.compare import Mismatch
 from ..torchside.frames import at_text
 from ..torchside.observe import Observation, compare_observations, shape_mismatch
-from ..results import HarnessError
 from ..torchside.timeout import Expired, time_limit
 from ..util import describe_exception, resident_is_live, trim_heap
-from ..memory.cost import Plan
 from .sized import (ACCEPTED, FAKE, NUMERIC, RAISED, REFUSED, UNCHECKED, InputsUnknown, Sized, Verdict, fake_limit,
                     program_verdict, refusal)
 

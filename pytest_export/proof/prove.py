@@ -17,8 +17,8 @@ import dataclasses
 import math
 from typing import Any
 
-from .guardsource import record_of, substituted
 from ..util import finite_int
+from .guardsource import record_of, substituted
 from .solver import Decided, Guard, Solution, solve
 
 RANGE_SOURCE = "the program's range_constraints"

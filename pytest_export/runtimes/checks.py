@@ -13,14 +13,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..torchside.compare import Mismatch, compare_leaves, default_tolerances
 from ..context import Context, StageFailure
-from ..torchside.observe import Observation, random_note, without_random
-from ..torchside.ops import random_outputs
-from ..probes.choose import Probe, out_of_range_probes, sized
 from ..memory.cost import PROBE_BUDGET_SHARE
+from ..probes.choose import Probe, out_of_range_probes, sized
 from ..probes.sized import Sized
 from ..results import FAILED, XFAILED
+from ..torchside.compare import Mismatch, compare_leaves, default_tolerances
+from ..torchside.observe import Observation, random_note, without_random
+from ..torchside.ops import random_outputs
 from ..util import plural
 
 MAX_SIZE_CHECKS = 16

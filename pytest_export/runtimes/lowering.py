@@ -21,8 +21,8 @@ import time
 from typing import Any, Callable, Iterator
 
 from ..context import StageFailure
-from ..results import HarnessError
 from .memory import capped_shape_pass
+from ..results import HarnessError
 from ..util import describe_exception
 
 PARTITIONERS = {"xnnpack": ("executorch.backends.xnnpack.partition.xnnpack_partitioner", "XnnpackPartitioner", "XNNPACK")}

@@ -20,11 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..torchside.compare import Mismatch
 from ..context import Context, Stage, StageFailure
-from ..torchside.observe import RUN_SEED, Observation, clone_inputs, compare_observations, random_note, seed_all, without_random
-from ..torchside.ops import random_outputs
 from ..probes.choose import NUMERIC, in_range_inputs, out_of_range_inputs, plan_for
+from ..torchside.compare import Mismatch
+from ..torchside.observe import (RUN_SEED, Observation, clone_inputs, compare_observations, random_note, seed_all,
+                                 without_random)
+from ..torchside.ops import random_outputs
 
 
 def _numeric(ctx: Context, probe: Any) -> bool:

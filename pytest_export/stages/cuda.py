@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..torchside.compare import Mismatch, compare_leaves
 from ..context import Context, Stage, StageFailure
+from ..torchside.compare import Mismatch, compare_leaves
 from ..torchside.observe import Observation, clone_inputs, observe, random_note, without_random
 from ..torchside.ops import random_outputs
 from ..torchside.torchlog import quiet_trace_logs

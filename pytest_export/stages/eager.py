@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..torchside.compare import Mismatch
 from ..context import Context, Stage, StageFailure
+from ..results import HarnessError
+from ..torchside.compare import Mismatch
 from ..torchside.frames import frames_data, located
 from ..torchside.observe import compare_observations, python_change_text
-from ..results import HarnessError
 from ..util import describe_exception
 
 

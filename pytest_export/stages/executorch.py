@@ -36,8 +36,8 @@ from ..probes.choose import counted_need
 from ..memory.cost import format_bytes
 from ..torchside.compare import Mismatch, compare_leaves
 from ..runtimes.forked import Watched, in_child
-from ..runtimes.lowering import (left_by, lower, lowering_failure, missing_kernels, mutates_state, native_stderr, op_counts,
-                        other_backend, partitioners, plan_program, runtime_reason)
+from ..runtimes.lowering import (left_by, lower, lowering_failure, missing_kernels, mutates_state, native_stderr,
+                                 op_counts, other_backend, partitioners, plan_program, runtime_reason)
 from ..results import HarnessError
 from ..runtimes.memory import Fit, choose, constant_bytes, executorch_plan_bytes
 from ..runtimes.checks import EXAMPLE, Allowance, RuntimeChecks, runtime_tolerance

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from ..context import Context, Stage, StageFailure
-from ..torchside.frames import class_hint, frames_data, located
-from ..proof.guardsource import model_frames, record_of, violation_sources
 from ..explain.refusal import model_fix
+from ..proof.guardsource import model_frames, record_of, violation_sources
+from ..torchside.frames import class_hint, frames_data, located
 from ..torchside.modstate import changed_since, versions
 from ..torchside.observe import clone_inputs, preserved_python_state
 from ..torchside.timeout import CaseTimeout

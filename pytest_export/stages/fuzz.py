@@ -21,8 +21,8 @@ from ..declare.blob import BLOB, parse_blob
 from ..explain.refusal import mark_refusal
 from ..probes.choose import (REFUSED_IN_RANGE, UNCHECKED, WRONG_IN_RANGE, in_range_problem, outside_promise,
                              plan_for, run_program, sized)
-from ..proof.prove import refusing
 from ..probes.strategies import BuilderError, assignments, boundary_assignments, shapes_of
+from ..proof.prove import refusing
 from ..torchside.timeout import checkpoint
 from ..util import describe_exception, plural
 

@@ -20,12 +20,12 @@ from typing import Any
 
 from ..context import Context, Stage, StageFailure
 from ..explain.fixes import check, propose, proved_fixes, tie_lines
-from ..proof.guardsource import refusing_guards
 from ..explain.refusal import Explanation, mark_refusal, model_fix
 from ..probes.choose import (ACCEPTED, AT_EXAMPLE, CORNERS, EAGER_RAISED_IN_RANGE, EDGES, FAKE, RAISED,
                              REFUSED_IN_RANGE, REST, UNCHECKED, Probe, describe_values, in_range_probes,
                              in_range_problem, largest_probes, mismatch, out_of_range_probes,
                              outside_promise, plan_edges, plan_tier, run_eager, run_program, sized)
+from ..proof.guardsource import refusing_guards
 from ..proof.prove import RANGE_SOURCE, TIE_SOURCE, Proof, prove
 from ..util import plural
 

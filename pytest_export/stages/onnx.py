@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from ..context import Context, Stage, StageFailure, StageSkip
-from ..torchside.observe import Observation
 from ..memory.cost import format_bytes
 from ..results import HarnessError
 from ..runtimes.checks import EXAMPLE, Allowance, RuntimeChecks
+from ..torchside.observe import Observation
 from ..util import describe_exception
 
 INSTALL = 'pip install "pytest-export[onnx]"'

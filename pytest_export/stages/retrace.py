@@ -15,8 +15,8 @@ import inspect
 from typing import Any
 
 from ..context import Context, Stage, StageFailure
-from ..torchside.observe import clone_inputs
 from ..probes.choose import ACCEPTED, FAKE, UNCHECKED, in_range_inputs, mismatch, run_program
+from ..torchside.observe import clone_inputs
 from ..torchside.torchlog import quiet_trace_logs
 from ..util import describe_exception, finite_int, plural
 

@@ -12,11 +12,11 @@ from typing import Any, Iterator
 import torch
 
 from ..context import Context, Stage, StageFailure, failing_as
-from ..torchside.frames import class_hint
-from ..torchside.modstate import same_tensor, storage_of
 from ..memory.calibration import resident_peak
 from ..memory.cost import format_bytes
 from ..results import HarnessError
+from ..torchside.frames import class_hint
+from ..torchside.modstate import same_tensor, storage_of
 from ..torchside.torchlog import repaired_torch_logs
 
 # What a save and a load add to the weights the process already holds, measured 2026-12-06 on torch 2.13.0 in

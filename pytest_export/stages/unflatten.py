@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import Context, Stage, StageFailure
-from ..torchside.observe import observe
 from ..probes.choose import mismatch
 from ..results import FAILED, PASSED, XFAILED
+from ..torchside.observe import observe
 from ..util import describe_exception, plural
 
 
