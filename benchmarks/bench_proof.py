@@ -2,7 +2,7 @@
 
 For each model of the zoo's CI slice (real transformers models, the ``[zoo]`` extra) and for the planted refusals
 of ``tests/test_guard_proof.py``'s kind (a branch on one size, a relation of two), ``pytest_export.check`` runs the
-case while every call of ``probes.proof.prove`` (the guards stage's proof, and the proof of a fix on the program
+case while every call of ``proof.prove.prove`` (the guards stage's proof, and the proof of a fix on the program
 exported with it) is timed. Printed per case: the case's wall time, the proofs' time and their share, the number
 of declared sizes and guards decided. Goal: the proof under 5% of a case's time on the zoo.
 """

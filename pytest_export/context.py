@@ -92,7 +92,7 @@ class Context:
         self.audit_problem: str | None = None
         self.declaration_error: str | None = None
         self._audit = None
-        # the refusing guards (``probes.solver.Decided``) that `guards` proved and fails on: `fuzz` leaves their
+        # the refusing guards (``proof.solver.Decided``) that `guards` proved and fails on: `fuzz` leaves their
         # sizes to it, so both stages' verdicts are the same every run (issue #51)
         self.refused_by_proof: list[Any] = []
         # stages whose product later stages can use although the stage itself did not pass (eager ran, but its

@@ -1,8 +1,8 @@
 """The narrowings of a declaration that the program's guards accept whole (issue #41): per dim, the run of
 accepted sizes around the example or the multiples ``m * k + r`` through it, chosen one dim at a time by what they
-give up of the declared box (computed over every size with ``probes.solver``, not guessed).
+give up of the declared box (computed over every size with ``proof.solver``, not guessed).
 
-Plain sympy and NumPy over a ``probes.proof.Proof``'s solution; nothing of the package above ``probes.solver``.
+Plain sympy and NumPy over a ``proof.prove.Proof``'s solution; nothing of the package above ``proof.solver``.
 """
 
 from __future__ import annotations

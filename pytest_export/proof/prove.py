@@ -3,7 +3,7 @@
 export records every shape guard it adds in the program's shape environment (``Ne(s77, 37)``, ``s0*s53 != 64``);
 the program's ``_guards_fn`` checks them at every call. ``prove`` maps them onto the declared dims (derived dims
 substituted to their roots, AUTO roots included; axes export tied that the declaration keeps independent get their
-equality as a guard) and decides each over every size of the declared box with ``probes.solver``. A guard on a dim
+equality as a guard) and decides each over every size of the declared box with ``proof.solver``. A guard on a dim
 that promises no range (a bare ``Dim.AUTO``) limits what is drawn, not the promise: it is recorded, not a finding.
 
 ``prove_program`` does the same for a program alone, over the ranges it keeps (a fix pasted back).

@@ -6,6 +6,6 @@ stage a running case is in, on the terminal; ``run`` is the controller's report 
 and at its end the whole run's gate, the files and the terminal summary).
 
 Plain Python over the report's case dicts (no torch; no pytest but in ``run``): it imports the gate, the options,
-``probes.cost`` for its coverage lines, and helpers; ``session`` and ``__main__`` import it. No imports here, so
+``memory.cost`` for its coverage lines, and helpers; ``session`` and ``__main__`` import it. No imports here, so
 that importing one module of the package runs no other.
 """

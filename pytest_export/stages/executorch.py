@@ -6,11 +6,12 @@ itself (no second ``torch.export``) with the partitioners of the case's backends
 or the marker's ``executorch=["xnnpack"]``; XNNPACK by default, ``portable`` for none: the portable kernels run
 every operator), timed; the ``.pte`` goes to ``<workdir>/executorch/model.pte``. ExecuTorch's runtime then runs it:
 
-- planned first (``runtime_memory``): at the declared bounds where the plan and the delegates' copy of the weights
+- planned first (``runtimes.memory``): at the declared bounds where the plan and the delegates' copy of the weights
   fit ``max_memory``, else at the largest sizes that do (the sizes above are not run: ``coverage``, ``not_run``);
 - on the example inputs, against eager (the exported program where ``compare`` failed), with the runtime's
-  tolerances (``runtimes.RUNTIME_TOLERANCES``; values fed by random ops are held to their shape and dtype only where
-  they differ), a freshly loaded program per call where the program writes a buffer (eager's is reset per call);
+  tolerances (``runtimes.checks.RUNTIME_TOLERANCES``; values fed by random ops are held to their shape and dtype
+  only where they differ), a freshly loaded program per call where the program writes a buffer (eager's is reset
+  per call);
 - at the sizes ``guards`` probed and ``fuzz`` drew with real tensors, each dim's largest first: a dynamic dim is an
   upper-bounded memory plan, planned at the dim's declared max (at the example's size where it has none), so a
   size the runtime refuses inside the declared range fails (``refused-in-range``, with the runtime's reason);
