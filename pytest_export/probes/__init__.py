@@ -4,6 +4,6 @@ plans each probe from the cost model (``memory/``: charging the budget in the or
 edges first) and runs it fake or numeric, as its plan says; ``choose`` picks the sizes to try, in tiers, and judges
 the program's verdict on them.
 
-It sits above the case context (``context``, ``audit``, ``observe``) and the cost model, for the stages,
+It sits above the case context (``context``, ``audit``, ``torchside.observe``) and the cost model, for the stages,
 ``explain``, ``runtimes`` and ``repro``. No imports here, so that importing one module of the package runs no other.
 """

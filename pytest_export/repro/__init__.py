@@ -4,6 +4,6 @@ check it runs, one per stage it can reproduce; ``source`` renders the Python it 
 declaration, the model's classes).
 
 ``script`` and ``checks`` import nothing; ``source`` imports ``script``; ``write`` imports them and what runs a case
-(``context``, ``observe``, the probes). Only ``api`` imports ``write``. No imports here, so that importing one
-module of the package runs no other.
+(``context``, ``torchside.observe``, the probes). Only ``api`` imports ``write``. No imports here, so that importing
+one module of the package runs no other.
 """
