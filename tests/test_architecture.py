@@ -35,7 +35,7 @@ LAYERS: list[list[str]] = [
     # the repro script's text
     ["util", "modstate", "ops", "timeout", "torchlog", "training", "probes.count", "probes.solver", "declare.blob",
      "gate.signature",
-     "explain.frames", "explain.guardsource", "repro.script", "repro.checks"],
+     "explain.frames", "explain.guardsource", "explain.cause", "repro.script", "repro.checks"],
     # what a probe costs, from what was counted: its predicted time and memory, the budget's ledger
     ["probes.cost"],
     # the vocabulary: options and keywords, the result model, a run's scope and its verdicts, draft-export diagnosis
