@@ -67,7 +67,7 @@ def _run_stage(ctx: Context, stage: Stage, started: list[float]) -> StageResult:
             out.status, out.message = XPASSED, (
                 f"XPASS(strict): expected to fail ({reason}) but passed on torch {_torch_version()}; remove the xfail "
                 "entry, or keep it for older torch as (reason, \"torch<X.Y\")")
-    return out
+    return ctx.in_names(out)
 
 
 def _torch_version() -> str:
@@ -135,7 +135,7 @@ def run_case(case: Case, options: CaseOptions, nodeid: str = "<case>", workdir: 
                 ctx.result.warnings.append(edges_warning(edges, options.budget_auto))
         if progress is not None:
             progress("", time.perf_counter() - begun)
-        return _require_numerics(ctx.result.finish(), options)
+        return _require_numerics(ctx.finish(), options)
 
 
 def edges_warning(edges: dict[str, Any], auto: bool) -> str:

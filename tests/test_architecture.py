@@ -79,7 +79,7 @@ LAYERS: list[list[str]] = [
     ["runtimes.lowering", "runtimes.checks"],
     # explain/: a fix that keeps the promise; a failed export diagnosed, why a program refuses an in-range probe
     # (and the audit rows it marks), the declaration a failing program really accepts, checked before it is offered
-    ["explain.promise"],
+    ["explain.cause", "explain.promise"],
     ["explain.diagnose", "explain.refusal", "explain.fixes"],
     # the stages, one module each, and their registry
     STAGE_MODULES,

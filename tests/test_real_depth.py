@@ -102,3 +102,4 @@ def test_a_wrong_kernel_in_the_same_decoder_still_fails_and_says_what_it_was_hel
     assert compare.status == "failed", res.failure_text()
     assert "or at the output's scale to a norm-relative error of 1e-05: it is" in compare.message
     assert "rtol= and atol= in the exportable marker change the tolerances" in compare.message
+    assert "eager's own noise (float32 eager against float64 eager) is" in compare.message

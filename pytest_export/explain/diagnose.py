@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import time
 from typing import Any
 
 import torch
 
-from .promise import constant_problem, declared_box, dim_call, finite, refused_sizes
+from ..proof.guardsource import accepted_sizes
 from ..proof.prove import prove_program
 from ..torchside.timeout import CaseTimeout, Expired, time_limit
+from .cause import cause_text, specialization, user_frame
+from .promise import constant_problem, constants, declared_box, dim_call, finite, refused_sizes
 from ..util import environment
 
 # The diagnosis' own time limit (issue #23): on timm's tf_efficientnet_b0 with dynamic height and width, export
@@ -49,30 +50,6 @@ def _quiet(name: str):
         logger.setLevel(level)
 
 
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package's folder: this is explain/
-
-
-# the call path from the runner into draft_export: frames after the last of these are the user's
-_OWN_FRAMES = {"draft_findings", "diagnose", "stage_export", "_run_stage", "run_case"}
-
-
-def _loc(stack: Any, filenames: Any) -> str:
-    """The innermost user frame's source line; where the stack ends in this package (a guard added while
-    solving constraints, not by a line of the model), there is none."""
-    if not isinstance(stack, list):
-        return ""
-    frames = [f for f in stack if isinstance(f, dict)]
-
-    def own(frame: dict) -> bool:
-        name = filenames.get(frame.get("filename"), "") if isinstance(filenames, dict) else ""
-        mine = isinstance(name, str) and bool(name) and os.path.abspath(name).startswith(_OWN_DIR + os.sep)
-        return mine or frame.get("name") in _OWN_FRAMES
-
-    last_own = max((i for i, f in enumerate(frames) if own(f)), default=-1)
-    user = frames[last_own + 1:]
-    return str(user[-1].get("loc") or "") if user else ""
-
-
 def _trace_env(workdir: Any):
     """draft_export writes its structured trace under the system temp dir unless told where: keep it in the
     case's own temp dir."""
@@ -96,8 +73,11 @@ def draft_findings(module: Any, args: tuple, kwargs: dict, dynamic_shapes: Any, 
             if isinstance(sources, dict) else []
         if named:
             expr += " where " + ", ".join(named)
-        failures.append({"type": f.failure_type.name, "expr": expr,
-                         "where": _loc(data.get("user_stack"), filenames)})
+        user = user_frame(data.get("user_stack"), filenames)
+        stack = [x for x in data.get("stack") or [] if isinstance(x, dict)]  # torch's frames, innermost first
+        failures.append({"type": f.failure_type.name, "expr": expr, "where": user.get("loc", ""),
+                         "file": user.get("file", ""), "line": user.get("line"),
+                         "op": str(stack[0].get("name") or "") if stack else ""})
     return {
         "failure_types": sorted({f["type"] for f in failures}),
         "guards": [f["expr"] for f in failures if f["type"] == "GUARD_ADDED" and f["expr"]],
@@ -168,14 +148,12 @@ def keep_bounds(fixed: Any, declared: Any) -> tuple[Any, list[str]]:
     return (rebuilt(fixed), notes) if fixed is not None and declared is not None else (fixed, [])
 
 
-# what a program's input checks raise (guards, input constraints, runtime asserts on sizes)
-
 MAX_REFINE = 3  # rounds of pasting torch's suggestion back and refining it again
 FIX_FROM_MESSAGE = "torch's error carries the fix: built and checked without draft_export"
 
 
 def checked_fix(fixed: Any, module: Any, args: tuple, kwargs: dict, strict: bool,
-                declared: Any = None) -> dict[str, Any]:
+                declared: Any = None, cause: str | None = None) -> dict[str, Any]:
     """torch's corrected spec used as a user would (issue #24: torch's own suggestion for torchvision's ``r3d_18``
     fails when pasted back): exported again, refined again while export answers with new suggested fixes (at most
     ``MAX_REFINE`` rounds), and the program it gives probed at the bounds of every range it keeps. Only a spec
@@ -184,7 +162,7 @@ def checked_fix(fixed: Any, module: Any, args: tuple, kwargs: dict, strict: bool
     from ..torchside.modstate import python_state, restore_python_state
 
     torch_text = to_python(fixed)
-    constant = constant_problem(declared, fixed)
+    constant = constant_problem(declared, fixed, cause)
     if constant:  # never offered ready: the promise would become a constant with a green pass (issue #41)
         return {"dynamic_shapes_fix_torch": torch_text, "dynamic_shapes_fix_problem": constant}
     spec, rounds = fixed, 0
@@ -204,8 +182,8 @@ def checked_fix(fixed: Any, module: Any, args: tuple, kwargs: dict, strict: bool
         finally:
             restore_python_state(module, before)  # tracing runs forward: the attributes it set are put back
     text = torch_text if rounds == 0 else to_python(spec)
-    box, hints = declared_box(spec, ep)
-    proof = prove_program(ep, box)  # the program's guards over every size the fix declares (issue #41)
+    box, hints, names = declared_box(spec, ep)
+    proof = prove_program(ep, box, names)  # the program's guards over every size the fix declares (issue #41)
     if proof is not None and proof.refusals():
         d = proof.refusals()[0]
         return {"dynamic_shapes_fix_torch": text, "dynamic_shapes_fix_problem":
@@ -311,8 +289,18 @@ def diagnose(exc: BaseException, module: Any, args: tuple, kwargs: dict, dynamic
                 out["dynamic_shapes_fix_error"] = describe_exception(err, 500)
             if fixed is not None:
                 out["draft_export_skipped"] = FIX_FROM_MESSAGE
+                cause = None
+                pinned = constants(dynamic_shapes, fixed)
+                if pinned and pinned[0][2] not in (0, 1):  # no size-1 example explains it: find the line (#54)
+                    out.pop("draft_export_skipped")
+                    out.update(draft_findings(module, args, kwargs, dynamic_shapes, strict, workdir))
+                    found = specialization(out["failures"], module, pinned[0][2])
+                    if found:
+                        out["specialized_at"] = found["line"]
+                        out.update({"specialized_by": found["module"]} if found.get("module") else {})
+                        cause = cause_text(found, pinned[0][2])
                 try:
-                    out.update(checked_fix(fixed, module, args, kwargs, strict, dynamic_shapes))
+                    out.update(checked_fix(fixed, module, args, kwargs, strict, dynamic_shapes, cause))
                 except Exception as err:  # noqa: BLE001 - a check that crashes confirms nothing
                     out.update(dynamic_shapes_fix_torch=torch_text,
                                dynamic_shapes_fix_problem=f"checking it raised {describe(err).rstrip('.')}")
@@ -321,12 +309,38 @@ def diagnose(exc: BaseException, module: Any, args: tuple, kwargs: dict, dynamic
                 out.update(draft_findings(module, args, kwargs, dynamic_shapes, strict, workdir))
             except Exception as err:  # noqa: BLE001 - draft_export itself may raise; the original failure stands
                 out["draft_export_error"] = describe_exception(err, 500)
+            out.update(_from_guards(exc, module, args, kwargs, dynamic_shapes, strict))
     except (Expired, CaseTimeout) as cut:
         out.update(cut=True, cut_by="limit" if isinstance(cut, Expired) else "case timeout",
                    cut_after_s=round(time.monotonic() - t0, 3))
         if out.get("draft_export_skipped") and not {"dynamic_shapes_fix", "dynamic_shapes_fix_problem"} & out.keys():
             out.update(dynamic_shapes_fix_torch=torch_text,
                        dynamic_shapes_fix_problem="its check (exporting again with it) was cut by the time limit")
+    return out
+
+
+def _from_guards(exc: BaseException, module: Any, args: tuple, kwargs: dict, dynamic_shapes: Any,
+                 strict: bool) -> dict[str, Any]:
+    """Where torch suggested no fix for a constraint violation: the declared ranges narrowed to the sizes the
+    generated guards accept (each violated dim alone, decided over every size), checked as torch's own would be,
+    and said as a narrowing, with why the refused sizes are refused (#54: MobileNetV3's H, W >= 33)."""
+    from torch.export import Dim
+
+    ranges = accepted_sizes(exc)
+    if not ranges or any(r["accepted"] is None for r in ranges.values()):
+        return {}
+    narrower = [Dim(n, min=r["accepted"][0], max=r["accepted"][1]) for n, r in ranges.items()]
+    spec, kept = keep_bounds(dynamic_shapes, narrower)
+    if not kept:
+        return {}
+    out = checked_fix(spec, module, args, kwargs, strict, dynamic_shapes)
+    why = [f"{n} = {r['refused'][0]} is refused by `{r['refused'][1]}`" + "".join(
+        f" (at {n} = {r['refused'][0]}, {m.group(1)} is 1: export traced that size above 1 and specializes a size of "
+        f"1 apart, as a feature map of 1x1)" for m in [re.fullmatch(r"Ne\((.+), 1\)", r["refused"][1])] if m)
+        for n, r in ranges.items() if r["refused"]]
+    out["dynamic_shapes_fix_from"] = "derived from the guards torch generated; torch suggested no fix"
+    out["dynamic_shapes_fix_note"] = ("it narrows the declared ranges to what the program accepts: "
+                                      + "; ".join(kept) + (": " + "; ".join(why) if why else ""))
     return out
 
 
@@ -353,12 +367,16 @@ def diagnosis_text(d: dict[str, Any]) -> str:
         lines.append("  " + cut_text(d))
     if d.get("failure_types"):
         lines.append("  failure types: " + ", ".join(d["failure_types"]))
+    if d.get("specialized_at"):  # found, not guessed (#54)
+        by = f" inside {d['specialized_by']}" if d.get("specialized_by") else ""
+        lines.append(f"  specialized{by} at {d['specialized_at']}")
     for f in d.get("failures", [])[:10]:
         lines.append(f"  - {f['type']}: {f['expr'] or '(no expression)'}" + (f"  at: {f['where']}" if f["where"] else ""))
     if d.get("draft_export_error"):
         lines.append(f"  draft_export raised: {d['draft_export_error'].splitlines()[0]}")
     if d.get("dynamic_shapes_fix"):
-        lines.append("corrected dynamic_shapes (refine_dynamic_shapes_from_suggested_fixes); paste back:")
+        how = d.get("dynamic_shapes_fix_from") or "refine_dynamic_shapes_from_suggested_fixes"
+        lines.append(f"corrected dynamic_shapes ({how}); paste back:")
         lines += ["    " + ln for ln in d["dynamic_shapes_fix"].splitlines()]
         if d.get("dynamic_shapes_fix_checked"):
             note = f"; {d['dynamic_shapes_fix_note']}" if d.get("dynamic_shapes_fix_note") else ""

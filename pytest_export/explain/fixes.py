@@ -160,7 +160,7 @@ def tie_lines(model: FuzzModel, refused: dict[str, Any], labels: dict[str, list[
                "eager itself raises on" if eager & set(group) else "")
         if who:
             axes = [lbl for s in group for lbl in labels.get(s, [])]
-            out.append(f"tie: export made {' and '.join(axes)} one symbol ({origin}), and {who} them unequal; the "
+            out.append(f"tie: export made {' and '.join(axes)} one size, and {who} them unequal; the "
                        "declaration keeps them independent (declare one Dim for them where they must be equal, or "
                        "make the model take unequal sizes)")
     return out

@@ -43,11 +43,12 @@ def _constants(declared: Any, fixed: Any, path: str = "dynamic_shapes") -> list[
     return []
 
 
-def declared_box(spec: Any, ep: Any) -> tuple[dict[str, tuple[int, int]] | None, list[str]]:
+def declared_box(spec: Any, ep: Any) -> tuple[dict[str, tuple[int, int]] | None, list[str], dict[str, str]]:
     """The box a fix declares, keyed by the program's root symbols: each root ``Dim`` of ``spec`` matched to the
     program's symbol by its range, or by its max where export keeps it narrower than written (``_b = Dim('_b',
     max=32)`` for ``b = 2*_b`` keeps ``_b`` in [2, 32]); sizes from 1 (size 0 is probed apart). Also the ``Dim``
-    to write for each root kept narrower. ``(None, [])`` where a range is unbounded or unmatched."""
+    to write for each root kept narrower, and each matched symbol's ``Dim`` name. ``(None, [], {})`` where a range is
+    unbounded or unmatched."""
     from torch.export.dynamic_shapes import _DerivedDim, Dim
     from torch.utils._pytree import tree_iter
 
@@ -66,22 +67,24 @@ def declared_box(spec: Any, ep: Any) -> tuple[dict[str, tuple[int, int]] | None,
                     kept[str(sym)] = (finite(vr.lower) or 0, finite(vr.upper))
     box: dict[str, tuple[int, int]] = {}
     hints: list[str] = []
+    names: dict[str, str] = {}  # the program's symbol -> the fix's Dim: what messages call it (#54)
     left = dict(kept)
     for name, (lo, hi) in declared.items():
         match = [s for s, r in left.items() if r == (lo, hi)] or [s for s, r in left.items() if r[1] == hi]
         if not match or hi is None:
-            return None, []
+            return None, [], {}
         sym = match[0]
         k_lo, _ = left.pop(sym)
         if k_lo > lo:
             hints.append(f"export keeps {name} in [{k_lo}, {hi}] where the fix declares [{lo}, {hi}]: write "
                          f"{dim_call(name, k_lo, hi)} if {name} below {k_lo} is not wanted")
         box[sym] = (max(lo, 1), hi)
+        names[sym] = name
     for sym, (lo, hi) in left.items():
         if hi is None:
-            return None, []
+            return None, [], {}
         box[sym] = (max(lo, 1), hi)
-    return box, hints
+    return box, hints, names
 
 
 def _entry_text(d: Any) -> str:
@@ -94,18 +97,25 @@ def _entry_text(d: Any) -> str:
     return f"Dim.{kind}" + (f"({bounds})" if bounds else "")
 
 
-def constant_problem(declared: Any, fixed: Any) -> str:
+def constants(declared: Any, fixed: Any) -> list[tuple[str, Any, int]]:
+    """Where ``fixed`` turns an axis ``declared`` dynamic into a constant: (its key path, the declared entry, the
+    size), in the declaration's order."""
+    return _constants(declared, fixed)
+
+
+def constant_problem(declared: Any, fixed: Any, cause: str | None = None) -> str:
     """Why a fix that makes a declared dynamic axis one size is none (issue #41): the declared range is the
-    promise. A size-1 (or 0) example is the usual cause: export specializes it, whatever the declared min."""
+    promise. A size-1 (or 0) example is the usual cause: export specializes it, whatever the declared min.
+    ``cause``: what draft_export found makes it that size (``cause.cause_text``), said instead of a guess."""
     found = _constants(declared, fixed)
     if not found:
         return ""
     path, entry, size = found[0]
     why = (f"the example's size there is {size}, and export specializes a size-{size} example whatever the declared "
            f"min: give an example of size 2 or more there (size {size} stays inside the declared range, and "
-           f"`guards` probes it)" if size in (0, 1) else
-           f"the model needs that size exactly (a branch, an assert or int() on it): make the model take every "
-           f"declared size, or declare it static yourself")
+           f"`guards` probes it)" if size in (0, 1) else cause or
+           "the model needs that size exactly (a branch, an assert or int() on it): make the model take every "
+           "declared size, or declare it static yourself")
     return (f"torch's suggested fix turns {path}, declared {_entry_text(entry)}, into the constant {size}, "
             f"which narrows the promise to one size: {why}")
 
@@ -197,4 +207,4 @@ def refused_sizes(ep: Any, args: tuple, kwargs: dict, module: Any = None) -> lis
 
 # ---- printing a dynamic_shapes spec as Python ---------------------------------------------------
 
-__all__ = ["dim_call", "finite", "constant_problem", "declared_box", "refused_sizes"]
+__all__ = ["dim_call", "finite", "constants", "constant_problem", "declared_box", "refused_sizes"]

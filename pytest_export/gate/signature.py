@@ -28,6 +28,7 @@ LIMIT = 400  # characters of a signature at most
 _SOURCE = re.compile(r"L\[('[^']+'|\d+)\]((?:\[(?:'[^']*'|\d+)\])*)\.size\(\)\[(\d+)\]")
 _SYMBOL = re.compile(r"\b([su])\d+\b")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\w.\-]*/)+([\w.\-]+\.py)")
+_WHERE = re.compile(r"\b(s\d+) = ([\w\[\]'.]+\.shape\[\d+\])")
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _DATA_DEPENDENT = re.compile(r"data-dependent expression (.+?)(?: \(unhinted|\.?\s*$)", re.M)
 _VIOLATED = re.compile(r"Constraints violated \(([^)]*)\)")
@@ -59,21 +60,32 @@ def named(text: str, names: dict[str, str]) -> str:
     (``names``: ``x.shape[3]`` or a symbol -> the name), other symbols numbered ``s#``/``u#``, paths cut to the
     file's name and addresses dropped."""
 
-    def source(m: re.Match) -> str:
-        head = m.group(1).strip("'")
-        rest = m.group(2)
-        if head in ("args", "kwargs") and rest:  # L['args'][0][1], L['kwargs']['mask']
-            first = re.match(r"\[('[^']*'|\d+)\]", rest)
-            head, rest = (first.group(1).strip("'"), rest[first.end():]) if first else (head, rest)
-            if head.isdigit():
-                head = f"args[{head}]"
-        label = f"{head}{rest}.shape[{m.group(3)}]"
-        return names.get(label, label)
-
-    text = _SOURCE.sub(source, text)
+    text = _SOURCE.sub(lambda m: names.get(_label(m), _label(m)), text)
     text = _SYMBOL.sub(lambda m: names.get(m.group(0), m.group(1) + "#"), text)
     text = _PATH.sub(lambda m: m.group(1), text)
     return _HEX.sub("0x#", text)
+
+
+def in_names(text: str, names: dict[str, str]) -> str:
+    """A message for people with torch's symbols (``s24``) said in the declaration's names where ``names`` knows
+    them, and torch's sources (``L['x'].size()[3]``) as the axes they are (``x.shape[3]``); everything else as it
+    is (issue #54)."""
+    if not text:
+        return text
+    text = _SOURCE.sub(_label, text)
+    # torch's own "where s27 = x.shape[1]" names a symbol the program never kept (a failed export)
+    names = {**{s: names.get(label, label) for s, label in _WHERE.findall(text)}, **names}
+    return _SYMBOL.sub(lambda m: names.get(m.group(0), m.group(0)), text)
+
+
+def _label(m: re.Match) -> str:
+    head, rest = m.group(1).strip("'"), m.group(2)
+    if head in ("args", "kwargs") and rest:  # L['args'][0][1], L['kwargs']['mask']
+        first = re.match(r"\[('[^']*'|\d+)\]", rest)
+        head, rest = (first.group(1).strip("'"), rest[first.end():]) if first else (head, rest)
+        if head.isdigit():
+            head = f"args[{head}]"
+    return f"{head}{rest}.shape[{m.group(3)}]"
 
 
 def _violations(message: str, names: dict[str, str]) -> str | None:
@@ -153,4 +165,4 @@ def line_of(filename: str, function: str, text: str | None) -> str | None:
     return f"{os.path.basename(filename)} in {function}: {text.strip()}"
 
 
-__all__ = ["compose", "kind_of", "matches", "named", "detail_of", "line_of", "SEP"]
+__all__ = ["compose", "kind_of", "matches", "named", "in_names", "detail_of", "line_of", "SEP"]

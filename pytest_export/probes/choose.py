@@ -75,7 +75,8 @@ def in_range_problem(ctx: Context, got: Verdict, inputs: Sized | tuple, kwargs: 
         return Problem(f"the program {what} in-range sizes{where}{how}: {got.message}", REFUSED_IN_RANGE)
     if want.status == UNCHECKED:
         return None
-    bad = mismatch(ctx, got.observation, want.observation, fake=FAKE in (got.mode, want.mode))
+    bad = mismatch(ctx, got.observation, want.observation, fake=FAKE in (got.mode, want.mode),
+                   inputs=inputs if isinstance(inputs, Sized) else (inputs, kwargs or {}))
     if bad:
         return Problem(f"{wrong or f'accepted but wrong at in-range sizes{where}'}{how}:\n{bad}", WRONG_IN_RANGE)
     return None

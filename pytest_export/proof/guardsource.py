@@ -182,7 +182,6 @@ def substituted(rec: Recorded, expr: Any) -> Any:
 def holds(rec: Recorded, expr: Any, point: dict[Any, Any]) -> bool | None:
     """Whether ``expr`` holds with the roots at ``point`` (the others at the example's values); None where it
     cannot be decided (a symbol the declaration does not vary: unbacked, data-dependent)."""
-    import sympy
 
     try:
         value = substituted(rec, expr).xreplace({**rec.hints, **point})
@@ -225,6 +224,22 @@ def _env_in(exc: BaseException) -> Any:
     return None
 
 
+def symbol_labels(exc: BaseException) -> dict[str, str]:
+    """Each of torch's symbols in the shape environment a failed export left (``s77``) -> the input axis it
+    stands for (``x.shape[0]``), for messages in the user's words (#54). Empty where torch kept no record."""
+    try:
+        env = _env_in(exc)
+        out = {}
+        for sym, srcs in (getattr(env, "var_to_sources", {}) if env is not None else {}).items():
+            for src in srcs:
+                m = re.fullmatch(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]", _source_name(src))
+                if m:
+                    out.setdefault(str(sym), f"{m.group(1)}.shape[{m.group(2)}]")
+        return out
+    except Exception:  # noqa: BLE001 - torch-internal records; the message is right without them
+        return {}
+
+
 def _source_name(source: Any) -> str:
     name = getattr(source, "name", "")
     return name() if callable(name) else str(name)  # a property in torch 2.13, a method before
@@ -240,6 +255,11 @@ def _violation_sources(exc: BaseException, limit: int) -> list[str]:
     by_source = {_source_name(src): sym for sym, srcs in getattr(env, "var_to_sources", {}).items() for src in srcs}
     rec = _recorded(env)
     out: dict[str, str] = {}
+    # every symbol a guard shows, in the user's words: a violated dim by its name, another axis by its label (#54)
+    shown_as = {sym: sympy.Symbol(re.sub(r"^L\['(\w+)'\]\.size\(\)\[(\d+)\]$", r"\1.shape[\2]", src), integer=True)
+                for src, sym in by_source.items() if re.fullmatch(r"L\['\w+'\]\.size\(\)\[\d+\]", src)}
+    shown_as.update({by_source[src.strip()]: sympy.Symbol(n, integer=True) for n, src, _ in found
+                     if src.strip() in by_source})
     for name, source, text in dict.fromkeys(found):
         sym = by_source.get(source.strip())
         if sym is None:  # strict export names the inputs L['flat_args'][i]: the one symbol of that axis, if one
@@ -255,11 +275,48 @@ def _violation_sources(exc: BaseException, limit: int) -> list[str]:
             if where in out or sym not in substituted(rec, expr).free_symbols:
                 continue
             if any(holds(rec, expr, {sym: sympy.Integer(x)}) is False for x in sizes):
-                shown = substituted(rec, expr).xreplace({sym: sympy.Symbol(name, integer=True)})
+                shown = substituted(rec, expr).xreplace({**shown_as, sym: sympy.Symbol(name, integer=True)})
                 out[where] = f"{where} (`{shown}`)"
         if len(out) >= limit:
             break
     return list(out.values())[:limit]
+
+
+ACCEPTED_CAP = 4096  # sizes of one dim decided one by one at most, for a fix torch did not suggest
+
+
+def accepted_sizes(exc: BaseException) -> dict[str, dict[str, Any]]:
+    """For a constraint violation torch suggested no fix for: each violated dim whose guards involve it alone, the
+    sizes of its declared range they accept (``accepted``: ``(lo, hi)`` where one interval, else None) and, for a
+    refused size, a guard that refuses it in the dim's name (``refused``: ``(size, guard)``); decided over every
+    size (at most ``ACCEPTED_CAP`` per dim). Empty where torch kept no record. Never raises."""
+    try:
+        import sympy
+
+        found = _VIOLATION.findall(str(exc))
+        env = _env_in(exc) if found else None
+        if env is None:
+            return {}
+        by_source = {_source_name(src): sym for sym, srcs in getattr(env, "var_to_sources", {}).items() for src in srcs}
+        rec, out = _recorded(env), {}
+        for name, source, text in dict.fromkeys(found):
+            sym, bounds = by_source.get(source.strip()), [int(b) for b in re.findall(r"-?\d+", text)]
+            if sym is None or len(bounds) != 2 or bounds[1] - bounds[0] > ACCEPTED_CAP:
+                continue
+            own = [e for e, _ in rec.guards if substituted(rec, e).free_symbols == {sym}]
+            ok, refused = [], None
+            for x in range(bounds[0], bounds[1] + 1):
+                bad = next((e for e in own if holds(rec, e, {sym: sympy.Integer(x)}) is False), None)
+                if bad is None:
+                    ok.append(x)
+                elif refused is None:
+                    refused = (x, str(substituted(rec, bad).xreplace({sym: sympy.Symbol(name, integer=True)})))
+            whole = bool(ok) and ok == list(range(ok[0], ok[-1] + 1))
+            out[name] = {"declared": tuple(bounds), "accepted": (ok[0], ok[-1]) if whole else None,
+                         "refused": refused}
+        return out
+    except Exception:  # noqa: BLE001 - torch-internal records; no fix is offered without them
+        return {}
 
 
 def refusing_guards(ep: Any, symbol: str, value: int, limit: int = 3) -> list[str]:
@@ -296,5 +353,5 @@ def _refusing_guards(ep: Any, symbol: str, value: int, limit: int) -> list[str]:
     return out
 
 
-__all__ = ["INSIDE_TORCH", "NO_SOURCE", "Recorded", "model_frames", "violation_sources", "record_of", "holds", "substituted",
+__all__ = ["INSIDE_TORCH", "NO_SOURCE", "Recorded", "model_frames", "violation_sources", "symbol_labels", "accepted_sizes", "record_of", "holds", "substituted",
            "shape_env_of", "source_of", "refusing_guards"]

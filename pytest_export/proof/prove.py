@@ -259,9 +259,11 @@ def _labels(ep: Any, syms: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def prove_program(ep: Any, box: dict[str, tuple[int, int]] | None = None) -> Proof | None:
+def prove_program(ep: Any, box: dict[str, tuple[int, int]] | None = None,
+                  names: dict[str, str] | None = None) -> Proof | None:
     """A program's own guards over the ranges it keeps (its ``range_constraints`` for the symbols of its inputs,
-    or ``box``): what a fix pasted back is held to. None where torch kept no record."""
+    or ``box``): what a fix pasted back is held to. None where torch kept no record. ``names``: a symbol -> the
+    ``Dim`` it stands for, where no input axis is it alone (a derived dim's root)."""
     try:
         import sympy
         import torch
@@ -280,6 +282,7 @@ def prove_program(ep: Any, box: dict[str, tuple[int, int]] | None = None) -> Pro
                 lo, hi = (finite_int(vr.lower), finite_int(vr.upper)) if vr is not None else (None, None)
                 box[name] = (max(lo or 0, 0), hi)  # hi None: decided over the whole unbounded range
         labels = _labels(ep, syms)
+        labels.update({k: v for k, v in (names or {}).items() if labels.get(k) == k})
         guards = program_guards(ep, syms, {s: sympy.Symbol(labels[n], integer=True) for n, s in syms.items()})
         if guards is None:
             return None

@@ -19,7 +19,7 @@ import torch
 
 from ..context import Context, Stage, StageFailure
 from ..explain.refusal import model_fix
-from ..proof.guardsource import model_frames, record_of, violation_sources
+from ..proof.guardsource import model_frames, record_of, symbol_labels, violation_sources
 from ..torchside.frames import class_hint, frames_data, located
 from ..torchside.modstate import changed_since, versions
 from ..torchside.observe import clone_inputs, preserved_python_state
@@ -51,6 +51,7 @@ def run(ctx: Context) -> dict[str, Any]:
         # the diagnosis' limit counts CPU time as every limit does (``timeout``), so it is scaled by export's
         export_cpu_s = time.process_time() - cpu_started
         data: dict[str, Any] = {"exception": type(exc).__name__, **frames_data(exc)}
+        ctx.torch_symbols = symbol_labels(exc)  # its messages name torch's symbols by the axes (#54)
         # the model's frames where torch's text does not show them; a class pytree does not know, named
         text = located(describe_exception(exc), exc) + _guard_lines(exc) + (_class_hint(ctx, exc) or export_hint(exc))
         if ctx.options.diagnose:

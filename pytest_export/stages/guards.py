@@ -122,7 +122,8 @@ def run(ctx: Context) -> dict[str, Any]:
                 problem = (f"accepted out-of-range sizes {probe.description}, which eager rejects "
                            f"({want.message.splitlines()[0]}): no guard checks this")
             else:
-                bad = mismatch(ctx, got.observation, want.observation, fake=FAKE in (got.mode, want.mode))
+                bad = mismatch(ctx, got.observation, want.observation, fake=FAKE in (got.mode, want.mode),
+                               inputs=probe_in)
                 rec["eager"] = "matches" if not bad else "differs"
                 if not bad:
                     continue  # accepted and right

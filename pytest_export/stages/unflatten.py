@@ -41,7 +41,7 @@ def run(ctx: Context) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001
         raise StageFailure(f"the unflattened module raised on the example inputs: {describe_exception(exc)}",
                            exception=type(exc).__name__)
-    wrong = mismatch(ctx, got, eager)
+    wrong = mismatch(ctx, got, eager, inputs=(ctx.case.args, ctx.case.kwargs))
     # only a failed compare says the program is wrong; a compare skipped on request says nothing (issue #24)
     compare = ctx.result.stage_status("compare")
     exported_ok = compare not in (FAILED, XFAILED)
@@ -62,7 +62,7 @@ def run(ctx: Context) -> dict[str, Any]:
             continue
         finally:
             unflat.set_submodule(fqn, exported_sub)
-        bad = mismatch(ctx, swapped, eager)
+        bad = mismatch(ctx, swapped, eager, inputs=(ctx.case.args, ctx.case.kwargs))
         if wrong is None and bad is None:
             swaps[fqn] = "same"
         elif wrong is None:

@@ -128,7 +128,33 @@ def norm_error(actual: torch.Tensor, expected: torch.Tensor) -> float | None:
     return math.sqrt(diff / ref) if ref else (0.0 if diff == 0 else math.inf)
 
 
-def tolerance_text(e: torch.Tensor, rtol: float | None, atol: float | None, scale: float | None) -> str:
+# Where a float output misses both rules above by little (its norm-relative error within NEAR times the scale rule's
+# limit) and no rtol/atol was given, eager's own noise is measured: eager again in float64 is the reference, and the
+# program passes where its error against that reference is at most NOISE_MULTIPLIER times eager's own, plus a tenth
+# of the scale rule's limit (the rule torch's own accuracy checks use against a float64 run, issue #54).
+NEAR = 100.0
+NOISE_MULTIPLIER = 2.0
+
+
+def near_noise(errors: list[dict[str, Any]]) -> bool:
+    """Whether every bad leaf of a mismatch is a float output that misses the scale rule by at most ``NEAR`` times
+    its limit: the mismatch eager's own noise may explain."""
+    return bool(errors) and all(
+        "scale_limit" in e and not e.get("nonfinite") and e.get("norm_rel_error", math.inf) <= NEAR * e["scale_limit"]
+        for e in errors)
+
+
+def noise_text(entry: dict[str, Any]) -> str:
+    """Eager's own noise, as measured for a leaf (or why it was not)."""
+    if "eager_noise" in entry:
+        return (f"; eager's own noise (float32 eager against float64 eager) is {entry['eager_noise']:.3g} of the norm, "
+                f"the program's error against float64 eager {entry['error_vs_float64']:.3g}, held to "
+                f"{NOISE_MULTIPLIER:g}x eager's noise + {entry['scale_limit'] / 10:.0e}")
+    return f"; eager's own noise not measured: {entry['noise_unmeasured']}" if "noise_unmeasured" in entry else ""
+
+
+def tolerance_text(e: torch.Tensor, rtol: float | None, atol: float | None, scale: float | None,
+                   noise: str = "") -> str:
     """What the output was held to, and the keywords that change it."""
     r, a = (tolerances_for(e, rtol, atol) or dict(zip(("rtol", "atol"), default_tolerances(e)))).values()
     given = "given" if rtol is not None or atol is not None else f"torch.testing's for {e.dtype}"
@@ -136,7 +162,22 @@ def tolerance_text(e: torch.Tensor, rtol: float | None, atol: float | None, scal
     if scale is not None and rtol is None and atol is None and e.dtype in NORM_RTOL:
         text += (f", or at the output's scale to a norm-relative error of {NORM_RTOL[e.dtype]:.0e}: it is "
                  f"{scale:.3g}")
-    return text + "; rtol= and atol= in the exportable marker change the tolerances"
+    return text + noise + "; rtol= and atol= in the exportable marker change the tolerances"
+
+
+def _noise(a: torch.Tensor, e: torch.Tensor, r: Any, entry: dict[str, Any]) -> bool:
+    """Measure a leaf against eager's float64 run ``r`` (a reason string where there is none); whether the
+    program's error is within eager's own noise."""
+    if isinstance(r, str):
+        entry["noise_unmeasured"] = r
+        return False
+    own = norm_error(e, r) if isinstance(r, torch.Tensor) else None
+    prog = norm_error(a, r) if own is not None else None
+    if own is None or prog is None:
+        entry["noise_unmeasured"] = "float64 eager gave no float output of this shape here"
+        return False
+    entry.update(eager_noise=own, error_vs_float64=prog)
+    return prog <= NOISE_MULTIPLIER * own + entry["scale_limit"] / 10
 
 
 _PLAIN = (int, float, complex, bool, str, bytes, type(None))
@@ -218,23 +259,29 @@ def structure_difference(a: Any, e: Any, where: str = "") -> str | None:
 
 
 def compare_trees(actual: Any, expected: Any, *, rtol: float | None = None, atol: float | None = None,
-                  root: str = "output") -> dict[str, float]:
-    """Compare every leaf; raise Mismatch listing each bad path, else return the max abs/rel errors."""
+                  root: str = "output", reference: Any = None) -> dict[str, float]:
+    """Compare every leaf; raise Mismatch listing each bad path, else return the max abs/rel errors.
+    ``reference``: eager's float64 run of the same call (a tree like ``expected``), or why there is none (a
+    string); a float leaf near the tolerances is then judged against eager's own noise (``NOISE_MULTIPLIER``)."""
     a_leaves, a_spec = pytree.tree_flatten_with_path(actual)
     e_leaves, e_spec = pytree.tree_flatten_with_path(expected)
     if not same_structure(a_spec, e_spec):
         raise Mismatch(f"{root}: structure differs at {structure_difference(a_spec, e_spec, root)}",
                        [{"path": root, "message": "structure differs"}])
+    r_leaves: list[Any] = [reference] * len(e_leaves) if isinstance(reference, str) or reference is None else [
+        x for _, x in pytree.tree_flatten_with_path(reference)[0]]
+    if len(r_leaves) != len(e_leaves):
+        r_leaves = ["float64 eager gave another structure of outputs"] * len(e_leaves)
     errors: list[dict[str, Any]] = []
+    noise: dict[str, float] = {}
     worst_abs = worst_rel = 0.0
-    for (path, a), (_, e) in zip(a_leaves, e_leaves):
+    for ((path, a), (_, e)), r in zip(zip(a_leaves, e_leaves), r_leaves):
         where = root + pytree.keystr(path)
         entry: dict[str, Any] = {"path": where}
         try:
             if isinstance(e, torch.Tensor) or isinstance(a, torch.Tensor):
                 if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor):
                     if _identical(a, e):  # the usual case: no error to measure, nothing for assert_close to say
-                        entry.update(max_abs_error=0.0, max_rel_error=0.0)
                         continue
                     mabs, mrel, odd = _leaf_errors(a, e)
                     worst_abs, worst_rel = max(worst_abs, mabs), max(worst_rel, mrel)
@@ -247,13 +294,21 @@ def compare_trees(actual: Any, expected: Any, *, rtol: float | None = None, atol
                     if scale is not None:
                         entry["norm_rel_error"] = scale
                         if (rtol is None and atol is None and not odd and a.dtype == e.dtype and a.device == e.device
-                                and a.layout == e.layout == torch.strided and scale <= NORM_RTOL.get(e.dtype, 0.0)):
-                            entry["within_scale"] = True  # reduction-order noise at the output's scale (#54)
-                            continue
+                                and a.layout == e.layout == torch.strided and e.dtype in NORM_RTOL):
+                            entry["scale_limit"] = NORM_RTOL[e.dtype]
+                            if scale <= NORM_RTOL[e.dtype]:
+                                entry["within_scale"] = True  # reduction-order noise at the output's scale (#54)
+                                continue
+                            if reference is not None and _noise(a, e, r, entry):
+                                # no further from float64 eager than eager itself is (#54): said in the stage's data
+                                for k in ("eager_noise", "error_vs_float64"):
+                                    noise[k] = max(noise.get(k, 0.0), entry[k])
+                                continue
                     try:
                         torch.testing.assert_close(a, e, equal_nan=True, **tolerances_for(e, rtol, atol))
                     except AssertionError as exc:
-                        raise AssertionError(f"{exc}\n{tolerance_text(e, rtol, atol, scale)}") from None
+                        text = tolerance_text(e, rtol, atol, scale, noise_text(entry))
+                        raise AssertionError(f"{exc}\n{text}") from None
                     continue
                 torch.testing.assert_close(a, e, equal_nan=True, **tolerances_for(
                     e if isinstance(e, torch.Tensor) else a, rtol, atol))
@@ -299,7 +354,7 @@ def compare_trees(actual: Any, expected: Any, *, rtol: float | None = None, atol
                 head += ": "
             lines.append(head + err["message"].replace("\n", "\n    "))
         raise Mismatch("\n".join(lines), errors)
-    return {"max_abs_error": worst_abs, "max_rel_error": worst_rel}
+    return {"max_abs_error": worst_abs, "max_rel_error": worst_rel, **noise}
 
 
 def compare_leaves(actual: Any, expected: Any, tolerance: Any, root: str = "output") -> dict[str, float]:

@@ -344,6 +344,32 @@ def widened(t: torch.Tensor) -> torch.Tensor:
     return t.float() if t.dtype.is_floating_point and t.element_size() == 1 else t
 
 
+def _widens(t: Any) -> bool:
+    return (type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided and not t.is_quantized
+            and (t.is_floating_point() or t.is_complex()) and t.dtype not in (torch.float64, torch.complex128))
+
+
+def as_float64(t: Any) -> Any:
+    """A float (complex) tensor as float64 (complex128); anything else as it is."""
+    return t.to(torch.complex128 if t.is_complex() else torch.float64) if _widens(t) else t
+
+
+@contextlib.contextmanager
+def in_float64(module: torch.nn.Module) -> Iterator[None]:
+    """The module's float parameters and buffers as float64 for the block (eager's own noise is measured against
+    it, issue #54), then the very tensors they were: the same storage, so what the case keeps by storage holds.
+    The float64 copies live for the block only."""
+    kept = [(t, t.data) for t in state_tensors(module) if _widens(t)]
+    try:
+        with torch.no_grad():
+            for t, data in kept:
+                t.data = as_float64(data)
+        yield
+    finally:
+        for t, data in kept:
+            t.data = data
+
+
 def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal shape, dtype, layout and values (NaN equal to NaN); sparse tensors compare densely."""
     if a.shape != b.shape or a.dtype != b.dtype or a.layout != b.layout:
@@ -357,4 +383,5 @@ def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 __all__ = ["StateKeeper", "ParameterWritten", "preserved_state", "written", "python_state", "python_state_changes", "restore_python_state",
-           "named_state", "versions", "changed_since", "same_tensor", "state_tensors", "widened", "storage_of"]
+           "named_state", "versions", "changed_since", "same_tensor", "state_tensors", "widened", "storage_of",
+           "as_float64", "in_float64"]

@@ -13,7 +13,7 @@ import torch
 import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
 
 from .compare import compare_trees, same_structure, structure_difference
-from .modstate import StateKeeper, python_state, restore_python_state
+from .modstate import StateKeeper, as_float64, in_float64, python_state, restore_python_state
 from .timeout import checkpoint
 
 RUN_SEED = 0x5EED
@@ -74,17 +74,30 @@ def observe(module: Callable[..., Any], owner: torch.nn.Module, args: tuple, kwa
     return Observation(out, (a, k), buffers, record.get("python_changes", []), record.get("python_per_call", []))
 
 
-def compare_observations(actual: Observation, expected: Observation, options: Tolerances) -> dict[str, float]:
-    """Outputs, then inputs that forward mutated, then buffers; raise Mismatch on the first kind that differs."""
+def compare_observations(actual: Observation, expected: Observation, options: Tolerances,
+                         reference: Observation | str | None = None) -> dict[str, float]:
+    """Outputs, then inputs that forward mutated, then buffers; raise Mismatch on the first kind that differs.
+    ``reference``: eager's float64 run of the same call (``float64_observe``), or why there is none."""
     tol = {"rtol": options.rtol, "atol": options.atol}  # compare_trees fills in the dtype default of one not given
-    errs = compare_trees(actual.outputs, expected.outputs, root="output", **tol)
-    in_errs = compare_trees(actual.inputs, expected.inputs, root="input (after forward)", **tol)
+    ref = (lambda part: reference if not isinstance(reference, Observation) else part(reference))  # noqa: E731
+    errs = compare_trees(actual.outputs, expected.outputs, root="output", reference=ref(lambda o: o.outputs), **tol)
+    in_errs = compare_trees(actual.inputs, expected.inputs, root="input (after forward)",
+                            reference=ref(lambda o: o.inputs), **tol)
     common = sorted(set(actual.buffers) & set(expected.buffers))
     buf_errs = compare_trees(
         {n: actual.buffers[n] for n in common}, {n: expected.buffers[n] for n in common},
-        root="buffer (after forward)", **tol,
+        root="buffer (after forward)",
+        reference=ref(lambda o: {n: o.buffers.get(n) for n in common}), **tol,
     )
-    return {k: max(errs[k], in_errs[k], buf_errs[k]) for k in errs}
+    return {k: max(d.get(k, 0.0) for d in (errs, in_errs, buf_errs)) for k in {**errs, **in_errs, **buf_errs}}
+
+
+def float64_observe(module: Callable[..., Any], owner: torch.nn.Module, args: tuple, kwargs: dict) -> Observation:
+    """The forward call again with the module's float state and the float inputs in float64, leaving no trace:
+    the reference eager's own float32 noise is measured against (issue #54)."""
+    wide = pytree.tree_map(as_float64, (args, kwargs))
+    with in_float64(owner):
+        return observe(module, owner, *wide)
 
 
 def shape_mismatch(actual: Any, expected: Any, root: str = "output") -> str | None:
@@ -169,5 +182,5 @@ def python_change_text(change: dict[str, Any]) -> str:
 
 
 __all__ = ["Observation", "RUN_SEED", "without_random", "random_note", "clone_inputs", "seed_all", "observe",
-           "compare_observations", "shape_mismatch",
+           "compare_observations", "float64_observe", "shape_mismatch",
            "preserved_python_state", "python_change_text"]
