@@ -13,6 +13,10 @@ The zoo's real-width cases (tag ``width``, ``corpus/zoo/test_zoo_width.py``: rel
 MB of weights and minutes each) run only when asked for by name: when the run selects the tag ``width``
 (``--export-tags width``, the ini ``export_tags``, or a ``-m`` expression naming it) or names their file or one of
 their cases. Neither ``pytest corpus/zoo`` nor ``--export-tags zoo`` runs them.
+
+The breadth slice (``corpus/breadth/``, tag ``breadth``: every ``transformers`` model class at tiny width) keeps
+its CI sample (tag ``breadth-ci``) in a run of the corpus; the whole slice runs when the run selects the tag
+``breadth`` (``--export-tags breadth`` or ``-m breadth``) or names ``corpus/breadth`` or a file or case in it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ import re
 from pathlib import Path
 
 ZOO = Path(__file__).resolve().parent / "zoo"
+BREADTH = Path(__file__).resolve().parent / "breadth"
 ZOO_TAG, ZOO_CI_TAG, WIDTH_TAG = "zoo", "zoo-ci", "width"
+BREADTH_TAG, BREADTH_CI_TAG = "breadth", "breadth-ci"
 
 
 def pytest_configure(config):
@@ -58,16 +64,20 @@ def _selects_tags(config) -> bool:
     return bool(_export_tags(config)) or bool(re.search(r"\bzoo", _markexpr(config)))
 
 
+def _selects_breadth(config) -> bool:
+    return BREADTH_TAG in _export_tags(config) or bool(re.search(r"\bbreadth\b", _markexpr(config)))
+
+
 def _selects_width(config) -> bool:
     return WIDTH_TAG in _export_tags(config) or bool(re.search(r"\bwidth\b", _markexpr(config)))
 
 
-def _zoo_paths_named(config) -> list[Path]:
-    """The command-line paths that point into the zoo (the folder, a file, a case's node id)."""
+def _zoo_paths_named(config, folder: Path = ZOO) -> list[Path]:
+    """The command-line paths that point into the zoo (or ``folder``): the folder, a file, a case's node id."""
     out = []
     for arg in config.args:
         path = Path(config.invocation_params.dir, arg.split("::")[0]).resolve()
-        if path == ZOO or ZOO in path.parents:
+        if path == folder or folder in path.parents:
             out.append(path)
     return out
 
@@ -76,13 +86,15 @@ def pytest_collection_modifyitems(config, items):
     """Deselect the zoo beyond its CI slice, and its real-width cases, unless the run asks for them (see the
     module's docstring)."""
     by_tag, width = _selects_tags(config), _selects_width(config)
-    named = _zoo_paths_named(config)
+    named, breadth = _zoo_paths_named(config), _selects_breadth(config) or bool(_zoo_paths_named(config, BREADTH))
     keep, drop = [], []
     for item in items:
         tags = _tags(item)
         path = Path(item.path).resolve()
         if WIDTH_TAG in tags:  # named itself: its file or one of its cases, not a folder above it
             wanted = width or path in named
+        elif BREADTH_TAG in tags and BREADTH_CI_TAG not in tags:  # the breadth slice beyond its CI sample
+            wanted = breadth
         elif ZOO_TAG in tags and ZOO_CI_TAG not in tags:
             wanted = by_tag or any(path == p or p in path.parents for p in named)
         else:

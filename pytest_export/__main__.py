@@ -1,6 +1,6 @@
-"""``python -m pytest_export merge|show|diff|gate|durations``: reports of CI shards into one, a report as a table,
-two reports compared (before and after a torch upgrade), the baseline gate applied once to a merged report, and
-the cases' durations for pytest-split. Reads and writes report JSON only (or the case lines a run stopped from
+"""``python -m pytest_export merge|show|diff|gate|table|durations``: reports of CI shards into one, a report as a
+table, two reports compared (before and after a torch upgrade), the baseline gate applied once to a merged report,
+the conformance table per model and torch version, and the cases' durations for pytest-split. Reads and writes report JSON only (or the case lines a run stopped from
 outside left: a partial report); imports no torch.
 """
 
@@ -19,7 +19,7 @@ from .gate import baseline as bl
 from .gate.judge import judge_report
 from .gate.scope import Scope
 from .gate.verdicts import said
-from .report.conformance import stage_order
+from .report.conformance import model_table, stage_order
 from .report.files import (build_report, lines_path, load_report, partial_text, write_json_atomic, write_summary_md,
                            write_text_atomic)
 from .report.schema import FIX
@@ -266,6 +266,30 @@ def durations(report_paths: Sequence[str], output: str) -> int:
     return 0
 
 
+def table(args: argparse.Namespace) -> int:
+    """``table``: the per-model table written or printed; with ``--check``, compared with the expected file."""
+    import difflib
+
+    if args.output:
+        _output("-o", args.output)
+    text = model_table([_load(p) for p in args.reports], title=args.title)
+    if args.output:
+        _written("-o", args.output, lambda: write_text_atomic(args.output, text))
+    elif not args.check:
+        sys.stdout.write(text)
+    if args.check:
+        try:
+            expected = Path(args.check).read_text(encoding="utf-8")
+        except OSError as exc:
+            print(f"pytest-export: --check {args.check}: cannot be read ({exc.strerror or exc})", file=sys.stderr)
+            return USAGE_ERROR
+        if expected != text:
+            sys.stdout.writelines(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
+                                                       args.check, "this run"))
+            return 1
+    return 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pytest_export",
                                      description=" ".join(__doc__.split("\n\n")[0].split()).replace("``", ""))
@@ -295,6 +319,13 @@ def make_parser() -> argparse.ArgumentParser:
                                                              "(as --export-baseline-warn-stale)")
     p.add_argument("--markdown", metavar="PATH", help="write the Markdown summary to PATH (default: appended to "
                                                       "$GITHUB_STEP_SUMMARY when that is set)")
+    p = sub.add_parser("table", help="the conformance table per model and torch version (one report per version), "
+                                     "in Markdown; with --check, exit status 1 and the diff where it differs from "
+                                     "the expected file")
+    p.add_argument("reports", nargs="+", help="report JSON files, one per torch version")
+    p.add_argument("-o", "--output", help="write the table to PATH (default: standard output)")
+    p.add_argument("--check", metavar="PATH", help="the expected table: exit status 1 where the new one differs")
+    p.add_argument("--title", default="Conformance per model", help="the table's heading")
     p = sub.add_parser("durations", help="write the cases' durations in pytest-split's format, so that the next "
                                          "run balances its shards by what export costs")
     p.add_argument("reports", nargs="+", help="report JSON files (the merged one, or each shard's)")
@@ -331,6 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return gate(args.report, args.baseline, warn_stale=args.warn_stale, markdown=args.markdown)
     if args.command == "durations":
         return durations(args.reports, args.output)
+    if args.command == "table":
+        return table(args)
     if args.command == "show":
         sys.stdout.write(show_text(_load(args.report), markdown=args.markdown))
         return 0

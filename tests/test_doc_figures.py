@@ -50,7 +50,8 @@ def collected() -> dict[str, int]:
             "zoo-ci": _collected("corpus/zoo", "--export-tags", "zoo-ci"),
             "width": _collected("corpus/zoo", "--export-tags", "width"),
             "onnx": _collected("corpus/zoo", "--export-tags", "onnx"),
-            "executorch": _collected("corpus/zoo", "--export-tags", "executorch")}
+            "executorch": _collected("corpus/zoo", "--export-tags", "executorch"),
+            "breadth-ci": _collected("corpus/breadth", "--export-tags", "breadth-ci")}
 
 
 def _number(text: str) -> int:
@@ -61,8 +62,9 @@ def _claims(collected: dict[str, int]) -> list[tuple[str, str, list[int]]]:
     """(page, pattern, the values its groups must have): each count the pages state about the corpus."""
     zoo, ci, width, onnx = collected["zoo"], collected["zoo-ci"], collected["width"], collected["onnx"]
     return [
-        ("docs/corpus.md", r"everything but the zoo's (\d+) non-CI and (\d+) real-width cases: (\d+) cases",
-         [zoo - ci, width, collected["corpus"]]),
+        ("docs/corpus.md", r"everything but the zoo's (\d+) non-CI and (\d+) real-width cases and the breadth slice "
+                           r"beyond its (\d+)-case sample: (\d+) cases",
+         [zoo - ci, width, collected["breadth-ci"], collected["corpus"]]),
         ("docs/corpus.md", r"(?s)holds (\d+) cases of \d+ real architectures.*?\(and the (\w+)", [zoo, width]),
         ("docs/corpus.md", r"the (\w+) cases tagged `zoo-ci`", [ci]),
         ("docs/corpus.md", r"the same (\d+) cases", [zoo]),

@@ -76,3 +76,29 @@ def test_the_memory_benchmark_builds_its_models_from_the_width_cases():
     assert {"bert-base", "tinyllama-2l", "resnet-50"} <= set(bench_memory.MODELS)
     run = (ROOT / "benchmarks" / "run.py").read_text()
     assert "memory    " in run and "[<= 1.3x the raw floor]" in run and '"memory": lambda' in run
+
+
+BREADTH = "corpus/breadth/test_breadth.py::test_transformers"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, whole", [
+    (("corpus", "--export-check"), False),                 # the default corpus run: the CI sample only
+    (("corpus/breadth", "--export-check"), True),          # the slice, named
+    (("corpus", "--export-tags", "breadth"), True),        # by tag
+    (("corpus", "-m", "breadth"), True),
+    (("corpus", "--export-tags", "zoo"), False),           # another tag: the sample only
+], ids=["corpus", "breadth-folder", "export-tags-breadth", "m-breadth", "export-tags-zoo"])
+def test_the_breadth_slice_keeps_its_ci_sample_unless_asked_for_whole(args, whole):
+    pytest.importorskip("transformers", reason="the breadth slice needs transformers")
+    import json
+
+    listed = json.loads((ROOT / "corpus/breadth/architectures.json").read_text())
+    every = {f"{BREADTH}[{a['model_type']}]" for a in listed["architectures"]}
+    sample = {f"{BREADTH}[{name}]" for name in listed["ci_sample"]}
+    ids = {i for i in collected(*args) if i.startswith(BREADTH)}
+    if "zoo" in args:  # a tag that is not breadth's: the plugin's tag filter leaves none of the slice
+        assert ids <= sample
+    else:
+        assert ids == (every if whole else sample)
+    assert len(every) >= 300 and set(listed["ci_sample"]) <= {a["model_type"] for a in listed["architectures"]}

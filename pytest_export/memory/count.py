@@ -89,6 +89,21 @@ class Measure:
         return bool(self.flops or self.total or self.ops)
 
 
+class _Global:
+    """``FlopCounterMode``'s module tracker reduced to the one scope the count reads (``Global``): torch's own puts
+    gradient hooks on every module's tensor inputs, and raises ``Expected gradient function to be set`` on a view of
+    a parameter made under ``no_grad`` (transformers' ``causal_conv1d`` passes ``conv1d.weight.view(...)``), which
+    made a harness crash of every stage that counts (issue #55)."""
+
+    parents = {"Global"}
+
+    def __enter__(self) -> "_Global":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
 class counted:
     """Count a block (inside ``fake_mode`` where given): ``measure`` is filled when it ends."""
 
@@ -102,7 +117,9 @@ class counted:
 
         if self._fake_mode is not None:
             self._stack.enter_context(self._fake_mode)
-        self._flops = self._stack.enter_context(FlopCounterMode(display=False))
+        flops = FlopCounterMode(display=False)
+        flops.mod_tracker = _Global()  # the per-module counts are not read; torch's hooks can raise (see _Global)
+        self._flops = self._stack.enter_context(flops)
         self._tally = self._stack.enter_context(tally_mode())
         self._t0 = time.perf_counter()
         return self.measure

@@ -1,4 +1,5 @@
-"""The conformance table: cases by tag and stage, and the Core ATen coverage the cases reach.
+"""The conformance table: cases by tag and stage, and the Core ATen coverage the cases reach; and the table per
+model and torch version (``python -m pytest_export table``), kept as an expected file so a change shows as a diff.
 
 Works on the report's case dicts (the one wire format), so it renders a live session and a saved report alike.
 Plain Python; no torch, no pytest.
@@ -142,3 +143,49 @@ def deployment_matrix(cases: list[dict[str, Any]]) -> str | None:
 
 __all__ = ["conformance_table", "deployment_matrix", "DEPLOYMENT", "legend", "CELL", "CELL_KNOWN", "core_ops_reached",
            "core_aten_line", "stage_order"]
+
+
+MARK = {"passed": "pass", "failed": "FAIL", "error": "ERROR", "skipped": "-", "xfailed": "xfail",
+        "xpassed": "XPASS"}
+REASON = 110  # characters of a first failure's reason in the table
+
+
+def model_of(nodeid: str) -> str:
+    """A case's model: its parameter id (``test_transformers[bert]`` -> ``bert``), else its test's name."""
+    name = nodeid.rsplit("::", 1)[-1]
+    return name[name.index("[") + 1:-1] if name.endswith("]") and "[" in name else name
+
+
+def first_failure(case: dict[str, Any]) -> str:
+    """The first stage that failed (or errored, or was an expected failure), and the first line of why."""
+    if case.get("error"):
+        return "case: " + str(case["error"]).splitlines()[0][:REASON]
+    for name, stage in (case.get("stages") or {}).items():
+        if stage.get("status") in ("failed", "error", "xfailed", "xpassed"):
+            text = str(stage.get("message") or "").removeprefix("expected failure (")
+            line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+            return f"{name}: {line[:REASON]}" + ("..." if len(line) > REASON else "")
+    return ""
+
+
+def model_table(reports: list[dict[str, Any]], title: str = "Conformance per model") -> str:
+    """Markdown: per model and torch version (one report each), each stage's verdict and the first failure's
+    reason; above it, the counts per verdict of each version. Sorted, so that two runs of one tree give the same
+    text and a change is a diff."""
+    cases = [(str(r.get("torch", "?")), c) for r in reports for c in r.get("cases", [])]
+    stages = stage_order(c for _, c in cases)
+    versions = sorted({v for v, _ in cases})
+    lines = [f"# {title}", "", "| torch | models | " + " | ".join(MARK) + " |",
+             "|---|---|" + "---|" * len(MARK)]
+    for v in versions:
+        outcomes = [c.get("outcome", "?") for w, c in cases if w == v]
+        lines.append(f"| {v} | {len(outcomes)} | " + " | ".join(str(outcomes.count(k)) for k in MARK) + " |")
+    lines += ["", "Each cell is a stage's verdict (`-`: skipped); the last column is the first failure's reason.", "",
+              "| model | torch | verdict | " + " | ".join(stages) + " | first failure |",
+              "|---|---|---|" + "---|" * len(stages) + "---|"]
+    for v, c in sorted(cases, key=lambda vc: (model_of(vc[1]["nodeid"]), vc[0])):
+        cells = [MARK.get((c.get("stages", {}).get(s) or {}).get("status", ""), "") for s in stages]
+        reason = first_failure(c).replace("|", "\\|").replace("`", "'")
+        lines.append(f"| {model_of(c['nodeid'])} | {v} | {MARK.get(c.get('outcome', ''), c.get('outcome', ''))} | "
+                     + " | ".join(cells) + f" | {reason} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,134 @@
+"""The breadth slice's table held to raw torch: for a seeded random sample of a report's cases (10% by default), the
+same model is exported, run, saved and loaded, and decomposed with torch's own API alone, and each stage's verdict is
+compared with the report's (``export``, ``compare``, ``serde``, ``decomp``, and ``guards`` at the declared edges).
+
+    python benchmarks/breadth_truth.py REPORT.json [--fraction 0.1] [--seed 0]
+
+Prints one line per sampled case (the stages that agree and any that do not) and exits 1 on any disagreement.
+Outputs are compared as the harness compares them by default: torch.testing's tolerances, or a norm-relative error
+of at most 1e-5 (float32) over the whole output (docs/stages.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import random
+import sys
+from pathlib import Path
+
+import torch
+import torch.utils._pytree as pytree
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "corpus" / "breadth"))
+from breadth_models import Arch, build, builder, example, shapes  # noqa: E402
+
+LISTED = Path(__file__).resolve().parents[1] / "corpus" / "breadth" / "architectures.json"
+SCALE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3, torch.float64: 1e-10}
+
+
+def close(got, want) -> bool:
+    g, w = pytree.tree_leaves(got), pytree.tree_leaves(want)
+    if len(g) != len(w):
+        return False
+    for a, e in zip(g, w):
+        if not isinstance(e, torch.Tensor):
+            if a != e:
+                return False
+            continue
+        try:
+            torch.testing.assert_close(a, e, equal_nan=True)
+        except AssertionError:
+            if a.shape != e.shape or not e.is_floating_point():
+                return False
+            err = torch.linalg.vector_norm((a - e).double()) / torch.linalg.vector_norm(e.double())
+            if not float(err) <= SCALE.get(e.dtype, 0.0):
+                return False
+    return True
+
+
+def edges(arch: Arch) -> list[dict[str, int]]:
+    """Each declared dim at its min and max, the others at their min, and all at their max."""
+    dims = {d.__name__: (d.min, d.max) for spec in shapes(arch).values() for d in spec.values()}
+    out = [{n: lo for n, (lo, _) in dims.items()}, {n: hi for n, (_, hi) in dims.items()}]
+    out += [{**out[0], n: hi} for n, (_, hi) in dims.items()]
+    return out
+
+
+def inputs_at(arch: Arch, config, sizes: dict[str, int]) -> dict:
+    base = example(arch, config)
+    build_at = builder(arch)
+    if build_at is not None:
+        return build_at(sizes, (), base)[1]
+    out = {}
+    for name, spec in shapes(arch).items():
+        shape = list(base[name].shape)
+        for axis, d in spec.items():
+            shape[axis] = sizes[d.__name__]
+        out[name] = torch.randn(shape)
+    return out
+
+
+def raw_verdicts(arch: Arch) -> dict[str, str]:
+    model, config = build(arch)
+    kwargs = example(arch, config)
+    with torch.no_grad():
+        want = model(**kwargs)
+        try:
+            ep = torch.export.export(model, (), kwargs, dynamic_shapes=shapes(arch))
+        except Exception:  # noqa: BLE001 - the verdict
+            return {"export": "failed"}
+        out = {"export": "passed", "compare": "passed" if close(ep.module()(**kwargs), want) else "failed"}
+        buf = io.BytesIO()
+        try:
+            torch.export.save(ep, buf)
+            buf.seek(0)
+            out["serde"] = "passed" if close(torch.export.load(buf).module()(**kwargs), want) else "failed"
+        except Exception:  # noqa: BLE001
+            out["serde"] = "failed"
+        try:
+            out["decomp"] = "passed" if close(ep.run_decompositions().module()(**kwargs), want) else "failed"
+        except Exception:  # noqa: BLE001
+            out["decomp"] = "failed"
+        ok = True
+        for sizes in edges(arch):
+            torch.manual_seed(0)
+            x = inputs_at(arch, config, sizes)
+            try:
+                ok = ok and close(ep.module()(**x), model(**x))
+            except Exception:  # noqa: BLE001 - eager raising too is no fault of the program: not counted
+                try:
+                    model(**x)
+                    ok = False
+                except Exception:  # noqa: BLE001
+                    pass
+        out["guards"] = "passed" if ok else "failed"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("report")
+    parser.add_argument("--fraction", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    archs = {a["model_type"]: Arch(**a) for a in json.loads(LISTED.read_text())["architectures"]}
+    cases = [c for c in json.loads(Path(args.report).read_text())["cases"] if "test_transformers[" in c["nodeid"]]
+    sample = random.Random(args.seed).sample(cases, max(1, round(len(cases) * args.fraction)))
+    bad = 0
+    for case in sorted(sample, key=lambda c: c["nodeid"]):
+        name = case["nodeid"].rsplit("[", 1)[1].rstrip("]")
+        raw = raw_verdicts(archs[name])
+        said = {s: ("failed" if st["status"] in ("failed", "xfailed") else st["status"])
+                for s, st in case["stages"].items() if s in raw and st["status"] in ("passed", "failed", "xfailed")}
+        differ = {s: (said[s], raw[s]) for s in raw if s in said and said[s] != raw[s]}
+        bad += bool(differ)
+        print(f"{name}: {'agrees' if not differ else 'DIFFERS'} on {', '.join(sorted(set(raw) & set(said)))}"
+              + "".join(f"; {s}: report {r}, raw torch {t}" for s, (r, t) in differ.items()))
+    print(f"{len(sample) - bad} of {len(sample)} sampled cases agree with raw torch on every stage")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
