@@ -354,7 +354,7 @@ def test_the_readmes_commands_are_the_commands():
     for line in lines:
         argv = shlex.split(line)
         commands.setdefault(argv[0], []).append(make_parser().parse_args(argv))
-    assert set(commands) == {"merge", "show", "diff", "gate", "durations"}, lines
+    assert set(commands) == {"merge", "show", "diff", "gate", "durations", "table"}, lines
     ci = (root / "docs" / "ci.md").read_text(encoding="utf-8")
     matrix = ci.split("\n## Many machines\n", 1)[1].split("\n## ", 1)[0]
     assert "--markdown \"$GITHUB_STEP_SUMMARY\"" in matrix and "durations report.json -o .test_durations" in matrix
