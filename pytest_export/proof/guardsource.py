@@ -224,6 +224,12 @@ def _env_in(exc: BaseException) -> Any:
     return None
 
 
+def axis_label(source: Any) -> str | None:
+    """A symbol's source as the input axis it is (``L['x'].size()[3]`` -> ``x.shape[3]``); None for another kind."""
+    m = re.fullmatch(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]", source if isinstance(source, str) else _source_name(source))
+    return f"{m.group(1)}.shape[{m.group(2)}]" if m else None
+
+
 def symbol_labels(exc: BaseException) -> dict[str, str]:
     """Each of torch's symbols in the shape environment a failed export left (``s77``) -> the input axis it
     stands for (``x.shape[0]``), for messages in the user's words (#54). Empty where torch kept no record."""
@@ -231,10 +237,8 @@ def symbol_labels(exc: BaseException) -> dict[str, str]:
         env = _env_in(exc)
         out = {}
         for sym, srcs in (getattr(env, "var_to_sources", {}) if env is not None else {}).items():
-            for src in srcs:
-                m = re.fullmatch(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]", _source_name(src))
-                if m:
-                    out.setdefault(str(sym), f"{m.group(1)}.shape[{m.group(2)}]")
+            for label in filter(None, map(axis_label, srcs)):
+                out.setdefault(str(sym), label)
         return out
     except Exception:  # noqa: BLE001 - torch-internal records; the message is right without them
         return {}
@@ -256,8 +260,7 @@ def _violation_sources(exc: BaseException, limit: int) -> list[str]:
     rec = _recorded(env)
     out: dict[str, str] = {}
     # every symbol a guard shows, in the user's words: a violated dim by its name, another axis by its label (#54)
-    shown_as = {sym: sympy.Symbol(re.sub(r"^L\['(\w+)'\]\.size\(\)\[(\d+)\]$", r"\1.shape[\2]", src), integer=True)
-                for src, sym in by_source.items() if re.fullmatch(r"L\['\w+'\]\.size\(\)\[\d+\]", src)}
+    shown_as = {sym: sympy.Symbol(axis_label(src), integer=True) for src, sym in by_source.items() if axis_label(src)}
     shown_as.update({by_source[src.strip()]: sympy.Symbol(n, integer=True) for n, src, _ in found
                      if src.strip() in by_source})
     for name, source, text in dict.fromkeys(found):
@@ -353,5 +356,5 @@ def _refusing_guards(ep: Any, symbol: str, value: int, limit: int) -> list[str]:
     return out
 
 
-__all__ = ["INSIDE_TORCH", "NO_SOURCE", "Recorded", "model_frames", "violation_sources", "symbol_labels", "accepted_sizes", "record_of", "holds", "substituted",
+__all__ = ["INSIDE_TORCH", "NO_SOURCE", "Recorded", "model_frames", "violation_sources", "symbol_labels", "axis_label", "accepted_sizes", "record_of", "holds", "substituted",
            "shape_env_of", "source_of", "refusing_guards"]

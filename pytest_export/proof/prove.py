@@ -242,21 +242,11 @@ def _prove(ep: Any, model: Any) -> Proof | None:
 
 def _labels(ep: Any, syms: dict[str, Any]) -> dict[str, str]:
     """Each symbol as the input axis it came from (``x.shape[0]``), where torch recorded one; else its name."""
-    import re
-
-    from .guardsource import shape_env_of
+    from .guardsource import axis_label, shape_env_of
 
     env = shape_env_of(ep)
-    out = {n: n for n in syms}
     sources = getattr(env, "var_to_sources", {}) if env is not None else {}
-    for n, s in syms.items():
-        for src in sources.get(s, []):
-            name = getattr(src, "name", "")
-            m = re.fullmatch(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]", name() if callable(name) else str(name))
-            if m:
-                out[n] = f"{m.group(1)}.shape[{m.group(2)}]"
-                break
-    return out
+    return {n: next(filter(None, map(axis_label, sources.get(s, []))), n) for n, s in syms.items()}
 
 
 def prove_program(ep: Any, box: dict[str, tuple[int, int]] | None = None,
