@@ -1,5 +1,5 @@
-"""The breadth slice's table held to raw torch: for a seeded random sample of a report's cases (10% by default), the
-same model is exported, run, saved and loaded, and decomposed with torch's own API alone, and each stage's verdict is
+"""The breadth slice's table held to raw torch: for a seeded random sample of a report's cases (10% by default;
+transformers and torchvision models alike), the same model is exported, run, saved and loaded, and decomposed with torch's own API alone, and each stage's verdict is
 compared with the report's (``export``, ``compare``, ``serde``, ``decomp``, and ``guards`` at the declared edges).
 
     python benchmarks/breadth_truth.py REPORT.json [--fraction 0.1] [--seed 0]
@@ -22,9 +22,12 @@ import torch
 import torch.utils._pytree as pytree
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "corpus" / "breadth"))
-from breadth_models import Arch, build, builder, example, shapes  # noqa: E402
+import vision_models
+from breadth_models import Arch, build, builder, example, shapes
 
-LISTED = Path(__file__).resolve().parents[1] / "corpus" / "breadth" / "architectures.json"
+HERE = Path(__file__).resolve().parents[1] / "corpus" / "breadth"
+ARCHS = {a["model_type"]: Arch(**a) for a in json.loads((HERE / "architectures.json").read_text())["architectures"]}
+VISION = {v["name"]: vision_models.Vision(**v) for v in json.loads((HERE / "vision.json").read_text())["models"]}
 SCALE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3, torch.float64: 1e-10}
 
 
@@ -48,58 +51,86 @@ def close(got, want) -> bool:
     return True
 
 
-def edges(arch: Arch) -> list[dict[str, int]]:
+def _axes(spec) -> list[tuple[dict, int, object]]:
+    """(the axis spec, its axis, its Dim) for every declared axis of one input's spec (a dict, or a list of them)."""
+    specs = spec if isinstance(spec, (list, tuple)) else [spec]
+    return [(each, axis, d) for each in specs if each for axis, d in each.items() if d is not None]
+
+
+def edges(dynamic_shapes: dict) -> list[dict[str, int]]:
     """Each declared dim at its min and max, the others at their min, and all at their max."""
-    dims = {d.__name__: (d.min, d.max) for spec in shapes(arch).values() for d in spec.values()}
+    dims = {d.__name__: (d.min, d.max) for spec in dynamic_shapes.values() for _, _, d in _axes(spec)}
     out = [{n: lo for n, (lo, _) in dims.items()}, {n: hi for n, (_, hi) in dims.items()}]
     out += [{**out[0], n: hi} for n, (_, hi) in dims.items()]
     return out
 
 
-def inputs_at(arch: Arch, config, sizes: dict[str, int]) -> dict:
-    base = example(arch, config)
-    build_at = builder(arch)
-    if build_at is not None:
-        return build_at(sizes, (), base)[1]
-    out = {}
-    for name, spec in shapes(arch).items():
-        shape = list(base[name].shape)
-        for axis, d in spec.items():
+def _resized(value, spec, sizes: dict[str, int]):
+    """A fresh random input like ``value`` with its declared axes at ``sizes``."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_resized(v, s, sizes) for v, s in zip(value, spec))
+    shape = list(value.shape)
+    for axis, d in (spec or {}).items():
+        if d is not None:
             shape[axis] = sizes[d.__name__]
-        out[name] = torch.randn(shape)
-    return out
+    return torch.rand(shape) if value.min() >= 0 else torch.randn(shape)
 
 
-def raw_verdicts(arch: Arch) -> dict[str, str]:
-    model, config = build(arch)
-    kwargs = example(arch, config)
+class Case:
+    """A case of the slice as raw torch sees it: the model, its example inputs, the declaration, inputs at sizes."""
+
+    def __init__(self, nodeid: str):
+        name = nodeid.rsplit("[", 1)[1].rstrip("]")
+        if name.startswith("torchvision."):
+            vision = VISION[name.removeprefix("torchvision.")]
+            self.model, self.args, self.kwargs = vision_models.build(vision), vision_models.example(vision), {}
+            self.dynamic_shapes = vision_models.shapes(vision)
+            self._build = None
+        else:
+            arch = ARCHS[name]
+            self.model, config = build(arch)
+            self.args, self.kwargs, self.dynamic_shapes = (), example(arch, config), shapes(arch)
+            self._build = builder(arch)
+        self.name = name
+
+    def inputs_at(self, sizes: dict[str, int]) -> tuple[tuple, dict]:
+        if self._build is not None:
+            return self._build(sizes, self.args, self.kwargs)
+        names = list(self.dynamic_shapes)
+        args = tuple(_resized(a, self.dynamic_shapes.get(n), sizes) for a, n in zip(self.args, names))
+        kwargs = {k: _resized(v, self.dynamic_shapes.get(k), sizes) for k, v in self.kwargs.items()}
+        return args, kwargs
+
+
+def raw_verdicts(case: Case) -> dict[str, str]:
+    model, args, kwargs = case.model, case.args, case.kwargs
     with torch.no_grad():
-        want = model(**kwargs)
+        want = model(*args, **kwargs)
         try:
-            ep = torch.export.export(model, (), kwargs, dynamic_shapes=shapes(arch))
+            ep = torch.export.export(model, args, kwargs, dynamic_shapes=case.dynamic_shapes)
         except Exception:  # noqa: BLE001 - the verdict
             return {"export": "failed"}
-        out = {"export": "passed", "compare": "passed" if close(ep.module()(**kwargs), want) else "failed"}
+        out = {"export": "passed", "compare": "passed" if close(ep.module()(*args, **kwargs), want) else "failed"}
         buf = io.BytesIO()
         try:
             torch.export.save(ep, buf)
             buf.seek(0)
-            out["serde"] = "passed" if close(torch.export.load(buf).module()(**kwargs), want) else "failed"
+            out["serde"] = "passed" if close(torch.export.load(buf).module()(*args, **kwargs), want) else "failed"
         except Exception:  # noqa: BLE001
             out["serde"] = "failed"
         try:
-            out["decomp"] = "passed" if close(ep.run_decompositions().module()(**kwargs), want) else "failed"
+            out["decomp"] = "passed" if close(ep.run_decompositions().module()(*args, **kwargs), want) else "failed"
         except Exception:  # noqa: BLE001
             out["decomp"] = "failed"
         ok = True
-        for sizes in edges(arch):
+        for sizes in edges(case.dynamic_shapes):
             torch.manual_seed(0)
-            x = inputs_at(arch, config, sizes)
+            a, k = case.inputs_at(sizes)
             try:
-                ok = ok and close(ep.module()(**x), model(**x))
+                ok = ok and close(ep.module()(*a, **k), model(*a, **k))
             except Exception:  # noqa: BLE001 - eager raising too is no fault of the program: not counted
                 try:
-                    model(**x)
+                    model(*a, **k)
                     ok = False
                 except Exception:  # noqa: BLE001
                     pass
@@ -113,13 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    archs = {a["model_type"]: Arch(**a) for a in json.loads(LISTED.read_text())["architectures"]}
-    cases = [c for c in json.loads(Path(args.report).read_text())["cases"] if "test_transformers[" in c["nodeid"]]
+    cases = [c for c in json.loads(Path(args.report).read_text())["cases"]
+             if "test_transformers[" in c["nodeid"] or "test_torchvision[" in c["nodeid"]]
     sample = random.Random(args.seed).sample(cases, max(1, round(len(cases) * args.fraction)))
     bad = 0
     for case in sorted(sample, key=lambda c: c["nodeid"]):
         name = case["nodeid"].rsplit("[", 1)[1].rstrip("]")
-        raw = raw_verdicts(archs[name])
+        raw = raw_verdicts(Case(case["nodeid"]))
         said = {s: ("failed" if st["status"] in ("failed", "xfailed") else st["status"])
                 for s, st in case["stages"].items() if s in raw and st["status"] in ("passed", "failed", "xfailed")}
         differ = {s: (said[s], raw[s]) for s in raw if s in said and said[s] != raw[s]}

@@ -1,6 +1,5 @@
 """Runs the stages of one case in their one order (``declare.options.ORDER``), exporting once: builds the context, runs
-each stage, applies skip / xfail / timeout, returns the result. Nothing else lives here.
-"""
+each stage, applies skip / xfail / timeout, returns the result. Nothing else lives here."""
 
 from __future__ import annotations
 
@@ -16,6 +15,7 @@ from .declare.case import Case
 from .declare.options import CaseOptions, xfail_for
 from .results import ERROR, FAILED, PASSED, SKIPPED, XFAILED, XPASSED, CaseResult, HarnessError, StageResult
 from .stages import REGISTRY
+from .torchside.leftovers import closing_transforms
 from .torchside.observe import observe
 from .torchside.timeout import CaseTimeout, supported, time_limit
 from .torchside.torchlog import captured_torch_output
@@ -39,7 +39,7 @@ def _run_stage(ctx: Context, stage: Stage, started: list[float]) -> StageResult:
         return StageResult(stage.name, SKIPPED, f"skipped: {blocked[0]} {res.stage_status(blocked[0])}")
     t0 = started[0] = time.perf_counter()
     try:
-        data = stage.run(ctx) or {}
+        data = closing_transforms(stage.run, ctx) or {}  # no transform a stage raised inside outlives it
         out = StageResult(stage.name, PASSED, data.pop("message", ""), data=data)
     except StageFailure as exc:
         data = {k: v for k, v in exc.data.items() if k not in ("status", "message")}

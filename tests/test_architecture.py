@@ -37,7 +37,7 @@ LAYERS: list[list[str]] = [
     # torchside/, the ground floor: the module's state, ATen ops, time limits, torch's logs, training mode, the
     # model's frames of a failure; then how values compare; then one observed forward call
     ["torchside.modstate", "torchside.ops", "torchside.timeout", "torchside.torchlog", "torchside.training",
-     "torchside.frames"],
+     "torchside.frames", "torchside.leftovers"],
     ["torchside.compare"],
     ["torchside.observe"],
     # declare/: option values parsed, the reproduce= blob; the options and keywords; the case, tags, modes and

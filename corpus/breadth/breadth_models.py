@@ -63,6 +63,18 @@ def _shrink_one(config: Any) -> None:
             setattr(config, key, [unit * (2 ** i if unit > 1 else 1) for i in range(len(old))])
 
 
+def _configs(config: Any) -> list[Any]:
+    """``config`` and its sub-configurations, at any depth."""
+    out, todo = [], [config]
+    while todo:
+        each = todo.pop()
+        if any(each is seen for seen in out):
+            continue
+        out.append(each)
+        todo += [sub for sub in vars(each).values() if hasattr(sub, "to_dict") and hasattr(sub, "model_type")]
+    return out
+
+
 def shrink(config: Any) -> Any:
     """``config`` at a tiny width, its sub-configurations too."""
     _shrink_one(config)
@@ -81,6 +93,7 @@ class Arch:
     class_name: str
     reads: str  # "text", "image", "audio-features", "audio-values", or "other"
     seq2seq: bool = False  # an encoder-decoder: its decoder reads ``decoder_input_ids`` too
+    hw: bool = False  # an image model that runs at other heights and widths than its configuration's image size
 
 
 READS = {"input_ids": "text", "pixel_values": "image", "input_features": "audio-features",
@@ -106,6 +119,10 @@ def architectures() -> list[Arch]:
 
 BATCH = Dim("batch", min=1, max=8)
 SEQ = Dim("seq", min=2, max=64)
+# image height and width of a model that takes any (``Arch.hw``): 64 to 128 pixels in steps of 32, each on its own,
+# so that a stride-32 backbone never sees a 1x1 feature map; the example is 64x64
+STRIDE, KH, KW = 32, Dim("kh", min=2, max=4), Dim("kw", min=2, max=4)
+HW_SIZES = ((64, 64), (96, 128), (128, 96))  # the listing runs these eagerly before it declares H and W dynamic
 
 
 def build(arch: Arch) -> tuple[torch.nn.Module, Any]:
@@ -115,8 +132,9 @@ def build(arch: Arch) -> tuple[torch.nn.Module, Any]:
 
     torch.manual_seed(0)
     config = shrink(AutoConfig.for_model(arch.model_type))
-    if hasattr(config, "use_cache"):  # a prefill, as a deployment exports it: no KV cache in or out of the program
-        config.use_cache = False
+    for each in _configs(config):  # a prefill, as a deployment exports it: no KV cache in or out of the program,
+        if hasattr(each, "use_cache"):  # the text sub-configuration of a composite model too
+            each.use_cache = False
     for key in ("attn_implementation", "_attn_implementation"):
         try:
             setattr(config, key, "eager")
@@ -145,9 +163,7 @@ def example(arch: Arch, config: Any) -> dict[str, torch.Tensor]:
             out["decoder_input_ids"] = out["input_ids"].clone()
         return out
     if arch.reads == "image":
-        size = getattr(config, "image_size", 32)
-        size = size if isinstance(size, int) else 32
-        return {"pixel_values": torch.randn(2, getattr(config, "num_channels", 3) or 3, size, size)}
+        return {"pixel_values": _pixels(config, *(HW_SIZES[0] if arch.hw else (_image_size(config),) * 2))}
     if arch.reads == "audio-features":
         mels = getattr(config, "num_mel_bins", None) or getattr(config, "feature_size", None) or 80
         frames = 2 * (getattr(config, "max_source_positions", None) or 1500)
@@ -162,7 +178,29 @@ def shapes(arch: Arch) -> dict[str, Any]:
         return {**text, "decoder_input_ids": {0: BATCH, 1: SEQ}} if arch.seq2seq else text
     if arch.reads == "audio-values":
         return {"input_values": {0: BATCH, 1: SAMPLES}}
+    if arch.reads == "image" and arch.hw:
+        return {"pixel_values": {0: BATCH, 2: STRIDE * KH, 3: STRIDE * KW}}
     return {("pixel_values" if arch.reads == "image" else "input_features"): {0: BATCH}}
+
+
+def _image_size(config: Any) -> int:
+    size = getattr(config, "image_size", 32)
+    return size if isinstance(size, int) else 32
+
+
+def _pixels(config: Any, height: int, width: int) -> torch.Tensor:
+    return torch.randn(2, getattr(config, "num_channels", 3) or 3, height, width)
+
+
+def takes_any_size(model: torch.nn.Module, config: Any) -> bool:
+    """Whether an image model runs eagerly at each of ``HW_SIZES`` (its height and width are then declared)."""
+    try:
+        with torch.no_grad():
+            for height, width in HW_SIZES:
+                model(pixel_values=_pixels(config, height, width))
+        return True
+    except Exception:  # noqa: BLE001 - a model with a fixed image size (position embeddings, window partitions)
+        return False
 
 
 def builder(arch: Arch):
@@ -196,6 +234,7 @@ def listing(path: str) -> None:
         try:
             model, config = build(arch)
             arch.seq2seq = bool(getattr(config, "is_encoder_decoder", False)) and arch.reads == "text"
+            arch.hw = arch.reads == "image" and takes_any_size(model, config)
             with torch.no_grad():
                 model(**example(arch, config))
             built.append(dataclasses.asdict(arch))
@@ -214,17 +253,21 @@ CI_SAMPLE = 12  # architectures a run of the corpus keeps (a fixed pick by the h
 SAMPLES = Dim("samples", min=800, max=3200)
 
 def expect(reports: list[str], path: str) -> None:
-    """Write ``expected.json`` from whole-slice reports (one per torch version): per version, each architecture's
-    failed stages with the first line of why; the other versions' entries are kept."""
+    """Write ``expected.json`` from whole-slice reports: per version, each case's failed stages with the first line
+    of why (a case in a later report of a version replaces an earlier one's: a re-run of some cases); the versions
+    no report is of are kept."""
     import json
     from pathlib import Path
 
     out = json.loads(Path(path).read_text(encoding="utf-8")) if Path(path).exists() else {}
+    latest: dict[str, dict[str, dict]] = {}  # per version, per case: a later report's case replaces an earlier one
     for report in reports:
         data = json.loads(Path(report).read_text(encoding="utf-8"))
         version = ".".join(str(data["torch"]).split("+")[0].split(".")[:2])
+        latest.setdefault(version, {}).update({case["nodeid"]: case for case in data["cases"]})
+    for version, cases in latest.items():
         entries = {}
-        for case in data["cases"]:
+        for case in cases.values():
             failed = {name: _first_line(st.get("message", "")) for name, st in case.get("stages", {}).items()
                       if st.get("status") in ("failed", "xfailed")}
             if failed:
@@ -234,9 +277,9 @@ def expect(reports: list[str], path: str) -> None:
 
 
 def _first_line(message: str) -> str:
-    text = message.removeprefix("expected failure (").split("): ", 1)[-1] if message.startswith(
-        "expected failure (") else message
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "failed")
+    from pytest_export.report.conformance import found_message
+
+    line = next((ln.strip() for ln in found_message(message).splitlines() if ln.strip()), "failed")
     return line[:160]
 
 

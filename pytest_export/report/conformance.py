@@ -145,8 +145,10 @@ __all__ = ["conformance_table", "deployment_matrix", "DEPLOYMENT", "legend", "CE
            "core_aten_line", "stage_order"]
 
 
-MARK = {"passed": "pass", "failed": "FAIL", "error": "ERROR", "skipped": "-", "xfailed": "xfail",
-        "xpassed": "XPASS"}
+MARK = {"passed": "pass", "failed": "FAIL", "error": "ERROR", "skipped": "-"}
+# the table states torch's verdict, not the run's bookkeeping against an expected file: an expected failure that
+# held is a failure, one that did not hold (XPASS) a pass
+AS_VERDICT = {"xfailed": "failed", "xpassed": "passed"}
 REASON = 110  # characters of a first failure's reason in the table
 
 
@@ -156,13 +158,43 @@ def model_of(nodeid: str) -> str:
     return name[name.index("[") + 1:-1] if name.endswith("]") and "[" in name else name
 
 
+def stage_verdict(stage: dict[str, Any] | None) -> str:
+    """A stage's verdict as torch gave it ("" where it did not run): an expected failure is a failure, an XPASS a
+    pass."""
+    status = str((stage or {}).get("status", ""))
+    return AS_VERDICT.get(status, status)
+
+
+def model_verdict(case: dict[str, Any]) -> str:
+    """A case's verdict from its stages: ``error`` where the harness could not decide (the case or a stage),
+    ``failed`` where a stage failed (expected or not), ``skipped`` where nothing ran, else ``passed``."""
+    verdicts = {stage_verdict(st) for st in (case.get("stages") or {}).values()}
+    if case.get("error") or "error" in verdicts or case.get("outcome") == "error":
+        return "error"
+    if "failed" in verdicts:
+        return "failed"
+    return "passed" if "passed" in verdicts else "skipped"
+
+
+def found_message(text: str) -> str:
+    """An expected failure's message without its ``expected failure (REASON): `` prefix. The reason is the first
+    line of an earlier run's message, so the message is cut where what follows begins as the reason does."""
+    if not text.startswith("expected failure ("):
+        return text
+    rest = text.removeprefix("expected failure (")
+    first = rest.split("\n", 1)[0]
+    cuts = [i for i in range(len(first)) if first.startswith("): ", i)]
+    same = [i for i in cuts if first[i + 3:i + 3 + min(i, 30)] == first[:min(i, 30)]]
+    return rest[(same or cuts or [-3])[0] + 3:]
+
+
 def first_failure(case: dict[str, Any]) -> str:
     """The first stage that failed (or errored, or was an expected failure), and the first line of why."""
     if case.get("error"):
         return "case: " + str(case["error"]).splitlines()[0][:REASON]
     for name, stage in (case.get("stages") or {}).items():
-        if stage.get("status") in ("failed", "error", "xfailed", "xpassed"):
-            text = str(stage.get("message") or "").removeprefix("expected failure (")
+        if stage_verdict(stage) in ("failed", "error"):
+            text = found_message(str(stage.get("message") or ""))
             line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
             return f"{name}: {line[:REASON]}" + ("..." if len(line) > REASON else "")
     return ""
@@ -171,21 +203,24 @@ def first_failure(case: dict[str, Any]) -> str:
 def model_table(reports: list[dict[str, Any]], title: str = "Conformance per model") -> str:
     """Markdown: per model and torch version (one report each), each stage's verdict and the first failure's
     reason; above it, the counts per verdict of each version. Sorted, so that two runs of one tree give the same
-    text and a change is a diff."""
-    cases = [(str(r.get("torch", "?")), c) for r in reports for c in r.get("cases", [])]
+    text and a change is a diff. A case in a later report of the same torch version replaces the earlier one's (a
+    re-run of some cases, given after the whole run)."""
+    latest = {(str(r.get("torch", "?")), c["nodeid"]): c for r in reports for c in r.get("cases", [])}
+    cases = [(v, c) for (v, _), c in latest.items()]
     stages = stage_order(c for _, c in cases)
     versions = sorted({v for v, _ in cases})
     lines = [f"# {title}", "", "| torch | models | " + " | ".join(MARK) + " |",
              "|---|---|" + "---|" * len(MARK)]
     for v in versions:
-        outcomes = [c.get("outcome", "?") for w, c in cases if w == v]
-        lines.append(f"| {v} | {len(outcomes)} | " + " | ".join(str(outcomes.count(k)) for k in MARK) + " |")
-    lines += ["", "Each cell is a stage's verdict (`-`: skipped); the last column is the first failure's reason.", "",
+        verdicts = [model_verdict(c) for w, c in cases if w == v]
+        lines.append(f"| {v} | {len(verdicts)} | " + " | ".join(str(verdicts.count(k)) for k in MARK) + " |")
+    lines += ["", "Each cell is a stage's verdict as torch gave it (`-`: skipped; an expected failure is a failure, an "
+              "XPASS a pass); the last column is the first failure's reason.", "",
               "| model | torch | verdict | " + " | ".join(stages) + " | first failure |",
               "|---|---|---|" + "---|" * len(stages) + "---|"]
     for v, c in sorted(cases, key=lambda vc: (model_of(vc[1]["nodeid"]), vc[0])):
-        cells = [MARK.get((c.get("stages", {}).get(s) or {}).get("status", ""), "") for s in stages]
+        cells = [MARK.get(stage_verdict(c.get("stages", {}).get(s)), "") for s in stages]
         reason = first_failure(c).replace("|", "\\|").replace("`", "'")
-        lines.append(f"| {model_of(c['nodeid'])} | {v} | {MARK.get(c.get('outcome', ''), c.get('outcome', ''))} | "
-                     + " | ".join(cells) + f" | {reason} |")
+        lines.append(f"| {model_of(c['nodeid'])} | {v} | {MARK[model_verdict(c)]} | " + " | ".join(cells)
+                     + f" | {reason} |")
     return "\n".join(lines) + "\n"

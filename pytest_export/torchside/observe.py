@@ -13,6 +13,7 @@ import torch
 import torch.utils._pytree as pytree  # private module, but torch's only pytree API (export itself uses it)
 
 from .compare import compare_trees, same_structure, structure_difference
+from .leftovers import clear_model_caches, closing_transforms
 from .modstate import StateKeeper, as_float64, in_float64, python_state, restore_python_state
 from .timeout import checkpoint
 
@@ -67,8 +68,12 @@ def observe(module: Callable[..., Any], owner: torch.nn.Module, args: tuple, kwa
             checkpoint()  # a time limit off the main thread is checked here, before every forward (#32)
             a, k = clone_inputs((args, kwargs))
             seed_all(RUN_SEED)
-            with torch.set_grad_enabled(grad):
-                out = module(*a, **k)
+            try:
+                with torch.set_grad_enabled(grad):
+                    out = closing_transforms(module, *a, **k)  # a vmap level left on by a raise goes (#55)
+            finally:
+                if within is not None:  # what a fake run left in the model's own caches goes (#55)
+                    clear_model_caches(owner)
         written, original = record["written"], record["original"]
         buffers = {n: b.detach().clone() if written(b) else original(b) for n, b in owner.named_buffers()}
     return Observation(out, (a, k), buffers, record.get("python_changes", []), record.get("python_per_call", []))
