@@ -2,7 +2,7 @@
 transformers and torchvision models alike), the same model is exported, run, saved and loaded, and decomposed with torch's own API alone, and each stage's verdict is
 compared with the report's (``export``, ``compare``, ``serde``, ``decomp``, and ``guards`` at the declared edges).
 
-    python benchmarks/breadth_truth.py REPORT.json [--fraction 0.1] [--seed 0]
+    python benchmarks/breadth_truth.py REPORT.json [REPORT.json...] [--fraction 0.1] [--seed 0]
 
 Prints one line per sampled case (the stages that agree and any that do not) and exits 1 on any disagreement.
 Outputs are compared as the harness compares them by default: torch.testing's tolerances, or a norm-relative error
@@ -140,19 +140,20 @@ def raw_verdicts(case: Case) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("report")
+    parser.add_argument("reports", nargs="+", metavar="REPORT",
+                        help="one or more reports; a case in a later one replaces an earlier one's (a re-run)")
     parser.add_argument("--fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    cases = [c for c in json.loads(Path(args.report).read_text())["cases"]
-             if "test_transformers[" in c["nodeid"] or "test_torchvision[" in c["nodeid"]]
+    latest = {c["nodeid"]: c for report in args.reports for c in json.loads(Path(report).read_text())["cases"]}
+    cases = [c for n, c in sorted(latest.items()) if "test_transformers[" in n or "test_torchvision[" in n]
     sample = random.Random(args.seed).sample(cases, max(1, round(len(cases) * args.fraction)))
     bad = 0
     for case in sorted(sample, key=lambda c: c["nodeid"]):
         name = case["nodeid"].rsplit("[", 1)[1].rstrip("]")
         raw = raw_verdicts(Case(case["nodeid"]))
-        said = {s: ("failed" if st["status"] in ("failed", "xfailed") else st["status"])
-                for s, st in case["stages"].items() if s in raw and st["status"] in ("passed", "failed", "xfailed")}
+        verdict = {"passed": "passed", "xpassed": "passed", "failed": "failed", "xfailed": "failed"}  # torch's
+        said = {s: verdict[st["status"]] for s, st in case["stages"].items() if s in raw and st["status"] in verdict}
         differ = {s: (said[s], raw[s]) for s in raw if s in said and said[s] != raw[s]}
         bad += bool(differ)
         print(f"{name}: {'agrees' if not differ else 'DIFFERS'} on {', '.join(sorted(set(raw) & set(said)))}"
