@@ -252,6 +252,20 @@ def listing(path: str) -> None:
 CI_SAMPLE = 12  # architectures a run of the corpus keeps (a fixed pick by the hash of their names)
 SAMPLES = Dim("samples", min=800, max=3200)
 
+def minor(version: str) -> str:
+    """A torch version's key in ``expected.json``: ``2.14.1+cu130`` -> ``2.14``."""
+    return ".".join(str(version).split("+")[0].split(".")[:2])
+
+
+def expected_failures() -> dict[str, dict[str, str]]:
+    """The installed torch's entries of ``expected.json``: case id -> stage -> the first line of why."""
+    import json
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent / "expected.json").read_text(encoding="utf-8")
+    return json.loads(text).get(minor(torch.__version__), {})
+
+
 def expect(reports: list[str], path: str) -> None:
     """Write ``expected.json`` from whole-slice reports: per version, each case's failed stages with the first line
     of why (a case in a later report of a version replaces an earlier one's: a re-run of some cases); the versions
@@ -263,7 +277,7 @@ def expect(reports: list[str], path: str) -> None:
     latest: dict[str, dict[str, dict]] = {}  # per version, per case: a later report's case replaces an earlier one
     for report in reports:
         data = json.loads(Path(report).read_text(encoding="utf-8"))
-        version = ".".join(str(data["torch"]).split("+")[0].split(".")[:2])
+        version = minor(data["torch"])
         latest.setdefault(version, {}).update({case["nodeid"]: case for case in data["cases"]})
     for version, cases in latest.items():
         entries = {}

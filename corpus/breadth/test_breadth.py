@@ -19,14 +19,11 @@ import pytest
 
 pytest.importorskip("transformers", reason="the breadth slice needs transformers: pip install -e '.[zoo]'")
 
-import torch  # noqa: E402
-from breadth_models import Arch, build, builder, example, shapes  # noqa: E402
+from breadth_models import Arch, build, builder, example, expected_failures, shapes  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-LISTED = json.loads((HERE / "architectures.json").read_text(encoding="utf-8"))
+LISTED = json.loads((Path(__file__).resolve().parent / "architectures.json").read_text(encoding="utf-8"))
 ARCHS = [Arch(**a) for a in LISTED["architectures"]]
-VERSION = ".".join(torch.__version__.split("+")[0].split(".")[:2])
-EXPECTED = json.loads((HERE / "expected.json").read_text(encoding="utf-8")).get(VERSION, {})
+EXPECTED = expected_failures()
 
 
 def _case(arch: Arch):

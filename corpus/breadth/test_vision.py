@@ -17,14 +17,12 @@ import pytest
 pytest.importorskip("torchvision", reason="the breadth slice's vision models need torchvision: pip install "
                                           "torchvision (tested: torchvision==0.29.1 with torch==2.14.1)")
 
-import torch  # noqa: E402
+from breadth_models import expected_failures  # noqa: E402
 from vision_models import Vision, build, example, shapes  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-LISTED = json.loads((HERE / "vision.json").read_text(encoding="utf-8"))
+LISTED = json.loads((Path(__file__).resolve().parent / "vision.json").read_text(encoding="utf-8"))
 MODELS = [Vision(**v) for v in LISTED["models"]]
-VERSION = ".".join(torch.__version__.split("+")[0].split(".")[:2])
-EXPECTED = json.loads((HERE / "expected.json").read_text(encoding="utf-8")).get(VERSION, {})
+EXPECTED = expected_failures()
 
 
 def _case(vision: Vision):
