@@ -168,6 +168,33 @@ def test_varargs_and_var_kwargs():
     return VarArgs(), (torch.randn(3), torch.randn(3), torch.randn(3)), {"scale": torch.tensor(2.0), "shift": torch.ones(3)}
 
 
+class VarKeywordMask(torch.nn.Module):
+    """A mask passed through ``**kwargs``, as many transformers models take it (FNet, OmniASR, VibeVoice)."""
+
+    def forward(self, x, **kwargs):
+        return x * 2 + kwargs["mask"]
+
+
+_ROWS = Dim("rows", min=2, max=16)
+_L_NAME_ERROR = ("ep.module()'s _guards_fn reads the **kwargs entry as L[...] and raises "
+                 "NameError: name 'L' is not defined", "torch>=2.14")
+
+
+@pytest.mark.exportable(
+    dynamic_shapes={"x": {0: _ROWS}, "kwargs": {"mask": {0: _ROWS}}},
+    tags=["containers", "kwargs", "dynamic"],
+    # the form torch asks for (top-level keys are forward's argument names): torch 2.13 cannot take it; torch 2.14
+    # exports it, but every call of ep.module() raises
+    xfail={"export": ("an entry of **kwargs declared dynamic: export asserts 'Must provide a tree_name when "
+                      "there might be a mismatch'", "torch<2.14"),
+           "compare": _L_NAME_ERROR, "serde": _L_NAME_ERROR, "decomp": _L_NAME_ERROR,
+           "retrace": ("ep.module() takes the **kwargs entries as arguments of their own (x, mask), so torch refuses "
+                       "the declaration's 'kwargs' key when it exports it again", "torch>=2.14")},
+)
+def test_var_kwargs_entry_declared_dynamic():
+    return VarKeywordMask(), (torch.randn(3, 4),), {"mask": torch.ones(3, 4)}
+
+
 class OptionalMask(torch.nn.Module):
     def forward(self, x, mask=None):
         return x.softmax(-1) if mask is None else x.masked_fill(~mask, float("-inf")).softmax(-1)

@@ -109,3 +109,27 @@ def test_a_shapes_collection_of_other_tensors_is_a_usage_error():
     assert res.outcome == "error" and res.stages == {}, res.failure_text()
     assert res.error.startswith("t.py::test_sc: dynamic_shapes (a ShapesCollection) does not fit the case's inputs")
     assert "not found in args" in res.error and "Key it by the very tensors the case passes" in res.error
+
+
+class MaskThroughKwargs(torch.nn.Module):
+    def forward(self, x, **kwargs):
+        return x * 2 + kwargs["mask"]
+
+
+def test_a_var_keyword_entry_is_read_as_torch_reads_it():
+    # torch's own form for forward(self, x, **kwargs): top-level keys are forward's argument names, the
+    # **kwargs entry a dict by keyword. The harness reads it (each keyword's axes declared), never a usage error;
+    # what export makes of it is torch's verdict
+    rows = Dim("rows", min=2, max=16)
+    res = pytest_export.check(MaskThroughKwargs(), (torch.randn(3, 4),), {"mask": torch.ones(3, 4)},
+                              dynamic_shapes={"x": {0: rows}, "kwargs": {"mask": {0: rows}}})
+    assert res.outcome != "error" and "export" in res.stages, res.failure_text()
+    export = res.stages["export"]
+    if torch.__version__ < "2.14":
+        assert export.status == "failed" and "Must provide a tree_name" in export.message, res.failure_text()
+    else:
+        assert export.status == "passed" and list(export.data["range_constraints"].values()) == [[2, 16]]
+    # a keyword the case does not pass is still named, as any other key
+    res = pytest_export.check(MaskThroughKwargs(), (torch.randn(3, 4),), {"mask": torch.ones(3, 4)},
+                              dynamic_shapes={"x": {0: rows}, "kwargs": {"pad": {0: rows}}}, name="t.py::test_kw")
+    assert res.outcome == "error" and "dynamic_shapes key 'pad' is not an input of this case" in res.error

@@ -94,6 +94,19 @@ class Arch:
     reads: str  # "text", "image", "audio-features", "audio-values", or "other"
     seq2seq: bool = False  # an encoder-decoder: its decoder reads ``decoder_input_ids`` too
     hw: bool = False  # an image model that runs at other heights and widths than its configuration's image size
+    # forward's ``**kwargs`` name and the inputs the slice passes that only it takes (FNet's ``attention_mask``):
+    # torch's dynamic_shapes nest those under that name, as its top-level keys are forward's argument names
+    var_keyword: str = ""
+    keyword_inputs: list[str] = dataclasses.field(default_factory=list)
+
+
+def through_var_keyword(cls: Any, inputs: list[str]) -> tuple[str, list[str]]:
+    """The name of ``cls.forward``'s ``**kwargs`` and which of ``inputs`` only it takes (``("", [])``: none)."""
+    import inspect
+
+    params = inspect.signature(cls.forward).parameters
+    var = next((n for n, p in params.items() if p.kind is inspect.Parameter.VAR_KEYWORD), "")
+    return (var, [n for n in inputs if n not in params]) if var and not set(inputs) <= set(params) else ("", [])
 
 
 READS = {"input_ids": "text", "pixel_values": "image", "input_features": "audio-features",
@@ -172,15 +185,22 @@ def example(arch: Arch, config: Any) -> dict[str, torch.Tensor]:
 
 
 def shapes(arch: Arch) -> dict[str, Any]:
-    """The dynamic axes declared for what ``arch`` reads."""
+    """The dynamic axes declared for what ``arch`` reads, in torch's form (an input only ``**kwargs`` takes is
+    nested under that name)."""
     if arch.reads == "text":
-        text = {"input_ids": {0: BATCH, 1: SEQ}, "attention_mask": {0: BATCH, 1: SEQ}}
-        return {**text, "decoder_input_ids": {0: BATCH, 1: SEQ}} if arch.seq2seq else text
-    if arch.reads == "audio-values":
-        return {"input_values": {0: BATCH, 1: SAMPLES}}
-    if arch.reads == "image" and arch.hw:
-        return {"pixel_values": {0: BATCH, 2: STRIDE * KH, 3: STRIDE * KW}}
-    return {("pixel_values" if arch.reads == "image" else "input_features"): {0: BATCH}}
+        spec = {"input_ids": {0: BATCH, 1: SEQ}, "attention_mask": {0: BATCH, 1: SEQ}}
+        if arch.seq2seq:
+            spec["decoder_input_ids"] = {0: BATCH, 1: SEQ}
+    elif arch.reads == "audio-values":
+        spec = {"input_values": {0: BATCH, 1: SAMPLES}}
+    elif arch.reads == "image" and arch.hw:
+        spec = {"pixel_values": {0: BATCH, 2: STRIDE * KH, 3: STRIDE * KW}}
+    else:
+        spec = {("pixel_values" if arch.reads == "image" else "input_features"): {0: BATCH}}
+    if arch.var_keyword and arch.keyword_inputs:
+        nested = {name: spec.pop(name) for name in arch.keyword_inputs if name in spec}
+        spec[arch.var_keyword] = nested
+    return spec
 
 
 def _image_size(config: Any) -> int:
@@ -235,6 +255,7 @@ def listing(path: str) -> None:
             model, config = build(arch)
             arch.seq2seq = bool(getattr(config, "is_encoder_decoder", False)) and arch.reads == "text"
             arch.hw = arch.reads == "image" and takes_any_size(model, config)
+            arch.var_keyword, arch.keyword_inputs = through_var_keyword(type(model), list(shapes(arch)))
             with torch.no_grad():
                 model(**example(arch, config))
             built.append(dataclasses.asdict(arch))

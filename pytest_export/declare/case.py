@@ -89,15 +89,21 @@ def input_names(module: Any, args: tuple, kwargs: dict) -> list[str]:
     return names
 
 
-def expand_var_positional(spec: Any, module: Any, args: tuple, kwargs: dict) -> Any:
-    """``forward(self, *args)``: torch takes the ``*args`` entry as one tuple (``{"args": (a, b)}``, or that tuple
-    at its position); spread it over the inputs it covers, as ``input_names`` names them (``args[0]``, ...)."""
+def expand_var_inputs(spec: Any, module: Any, args: tuple, kwargs: dict) -> Any:
+    """``forward(self, *args, **kwargs)``: torch takes the ``*args`` entry as one tuple (``{"args": (a, b)}``, or
+    that tuple at its position) and the ``**kwargs`` entry as one dict (``{"kwargs": {"mask": ...}}``: its
+    top-level keys are forward's argument names); spread each over the inputs it covers, as ``input_names`` names
+    them (``args[0]``, ..., and each keyword by its own name)."""
     try:
         sig = inspect.signature(module.forward)
         bound = sig.bind(*args, **kwargs)
     except (TypeError, ValueError):
         return spec
     names = [n for n in sig.parameters if n in bound.arguments]
+    varkw = next((n for n in names if sig.parameters[n].kind is inspect.Parameter.VAR_KEYWORD), None)
+    if (varkw is not None and isinstance(spec, dict) and isinstance(spec.get(varkw), dict) and varkw not in kwargs
+            and not set(spec[varkw]) & (set(spec) - {varkw})):
+        spec = {k: v for key, value in spec.items() for k, v in (value.items() if key == varkw else [(key, value)])}
     var = next((n for n in names if sig.parameters[n].kind is inspect.Parameter.VAR_POSITIONAL), None)
     if var is None:
         return spec

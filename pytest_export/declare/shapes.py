@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any
 
 from ..util import finite_int
-from .case import expand_var_positional, input_names
+from .case import expand_var_inputs, input_names
 from .options import UsageError
 
 @dataclasses.dataclass
@@ -331,7 +331,7 @@ def parse(where: str, dynamic_shapes: Any, module: Any, args: tuple, kwargs: dic
         top = k[1].idx if k[0].idx == 0 else None
         head = tops[top][0] if top is not None else k[1].key
         paths.append(head + pytree.keystr(k[2:]))
-    spec = expand_var_positional(spec, module, args, kwargs)
+    spec = expand_var_inputs(spec, module, args, kwargs)
     if spec is not None:
         if isinstance(spec, dict):
             valid = [t[0] for t in tops]
